@@ -1,0 +1,140 @@
+"""config.json -> ModelSpec. One small module per family quirk; this file only picks the family.
+
+Families are recognised by their fields first (block_configs, MLA's kv_lora_rank), then by model_type;
+anything else goes down the default plain-decoder path (llama naming).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from kvplan.architectures import base, classic, defaults, decoder, deepseek, encdec, gemma, gpt_oss, hybrid, llama4, nemotron_nas, vision
+from kvplan.architectures.base import Cfg
+from kvplan.errors import ConfigError
+from kvplan.spec import FullAttention, ModelSpec, SlidingWindow
+
+TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    matches: Callable[[Cfg, Cfg], bool]
+    build: Callable[[Cfg, Cfg], tuple]
+    max_ctx_keys: tuple[str, ...] = base.HF_MAX_KEYS
+
+
+def _mt(*names: str) -> Callable[[Cfg, Cfg], bool]:
+    return lambda top, text: str(text.get("model_type", default="")) in names or str(top.get("model_type", default="")) in names
+
+
+FAMILIES: tuple[Family, ...] = (
+    Family("nemotron-nas", lambda top, text: text.has("block_configs"), nemotron_nas.build),
+    Family("deepseek-mla", lambda top, text: deepseek.is_mla(text), deepseek.build),
+    Family("mamba", _mt("mamba", "falcon_mamba"), hybrid.mamba),
+    Family("mamba2", _mt("mamba2"), hybrid.mamba2),
+    Family("jamba", _mt("jamba"), hybrid.jamba),
+    Family("nemotron-h", _mt("nemotron_h"), hybrid.nemotron_h),
+    Family("qwen3-next", _mt("qwen3_next"), hybrid.qwen3_next),
+    Family("falcon", _mt("falcon", "RefinedWeb", "RefinedWebModel"), classic.falcon),
+    Family("mpt", _mt("mpt"), classic.mpt, ("max_seq_len",)),
+    Family("dbrx", _mt("dbrx"), classic.dbrx, ("max_seq_len",)),
+    Family("chatglm", _mt("chatglm", "glm"), classic.chatglm, ("seq_length", "max_position_embeddings")),
+    Family("qwen-v1", _mt("qwen"), classic.qwen_v1, ("seq_length", "max_position_embeddings")),
+    Family("gpt2", _mt("gpt2", "gpt_bigcode"), classic.gpt2),
+    Family("bloom", _mt("bloom"), classic.bloom),
+    Family("opt", _mt("opt"), classic.opt),
+    Family("gpt-neox", _mt("gpt_neox"), classic.gpt_neox),
+    Family("gemma", _mt("gemma", "gemma2", "gemma3", "gemma3_text"), gemma.build),
+    Family("gpt-oss", _mt("gpt_oss"), gpt_oss.build),
+    Family("llama4", _mt("llama4", "llama4_text"), llama4.build),
+)
+DEFAULT = Family("decoder", lambda top, text: True, decoder.build)
+ENCODER_DECODER = {"t5": (encdec.t5, ("n_positions",)), "mt5": (encdec.t5, ("n_positions",)),
+                   "whisper": (encdec.whisper, ("max_target_positions",))}
+
+
+def text_view(top: Cfg) -> Cfg:
+    """The language model's config (a nested text_config / llm_config / language_config, or the top level),
+    read with its transformers class defaults."""
+    text = top
+    for key in TEXT_CONFIG_KEYS:
+        if isinstance(top.raw.get(key), dict):
+            text = top.sub(key)
+            break
+    model_type = str(text.raw.get("model_type") or top.raw.get("model_type") or "")
+    return Cfg(text.raw, defaults.for_model_type(model_type), text.where)
+
+
+def family_of(top: Cfg, text: Cfg) -> Family:
+    for fam in FAMILIES:
+        if fam.matches(top, text):
+            return fam
+    return DEFAULT
+
+
+def _windows_beyond_context(caches, max_ctx):
+    """A sliding window no shorter than the model's context never slides (Phi-3.5: 262,144 vs 131,072)."""
+    if not max_ctx:
+        return caches, 0
+    out, widened = [], 0
+    for i, c in caches:
+        if isinstance(c, SlidingWindow) and c.window >= max_ctx:
+            widened = c.window
+            c = FullAttention(c.kv_heads, c.head_dim_k, c.head_dim_v)
+        out.append((i, c))
+    return out, widened
+
+
+def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> ModelSpec:
+    """Build the ModelSpec of a raw config.json dict."""
+    if not isinstance(config, dict):
+        raise ConfigError("a model config must be a JSON object")
+    top = Cfg(config)
+    text = text_view(top)
+    model_type = str(text.get("model_type", default=top.get("model_type", default="")))
+    arch = (top.get("architectures") or text.get("architectures") or [""])[0]
+    top_type = str(top.get("model_type", default=""))
+    notes: list[str] = []
+    if top_type in ENCODER_DECODER:
+        build, keys = ENCODER_DECODER[top_type]
+        caches, weights, tied, n_layers, enc_len, _dims = build(top, text, encoder_len)
+        family, is_enc_dec = top_type, True
+        notes.append(f"cross-attention over {enc_len:,} encoder positions per sequence")
+    else:
+        fam = family_of(top, text)
+        caches, weights, tied = fam.build(top, text)
+        family, keys, is_enc_dec, enc_len = fam.name, fam.max_ctx_keys, False, None
+        n_layers = max((i for i, _ in caches), default=-1) + 1
+        weights = list(weights) + vision.vision_weights(top, int(text.get("hidden_size", "d_model", default=0) or 0))
+    if not caches:
+        raise ConfigError("the config describes a model without layers (num_hidden_layers is 0?)")
+    max_ctx, max_src = base.hf_max_ctx(text, top, keys=keys)
+    vmax, vsrc = base.vllm_max_ctx(text)
+    if family in ("mamba", "mamba2"):
+        max_ctx, max_src = None, "none (a state-space model has no position limit)"
+        vmax, vsrc = None, max_src
+    caches, widened = _windows_beyond_context(caches, max_ctx)
+    if widened:
+        notes.append(f"sliding_window {widened:,} >= the model's {max_ctx:,}-token limit: treated as full attention")
+    mtp = int(text.get("num_nextn_predict_layers", default=0) or 0)
+    return ModelSpec(
+        architecture=arch or model_type,
+        model_type=model_type,
+        family=family,
+        num_layers=n_layers,
+        caches=tuple(caches),
+        dtype=base.model_dtype(text, top),
+        weights=tuple(weights),
+        max_ctx=max_ctx,
+        max_ctx_source=max_src,
+        vllm_max_ctx=vmax,
+        vllm_max_ctx_source=vsrc,
+        tied_embeddings=tied,
+        quantization=base.quantization(top, text),
+        is_encoder_decoder=is_enc_dec,
+        encoder_len=enc_len,
+        mtp_layers=mtp,
+        notes=tuple(notes),
+    )

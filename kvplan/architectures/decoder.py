@@ -1,0 +1,155 @@
+"""The default path: a plain decoder-only transformer (llama naming) and its small, data-driven variants.
+
+Per-model_type differences that are only a matter of biases, norms, MLP shape, qk-norm and class defaults
+are rows in QUIRKS (data), not branches. Families whose structure differs live in their own modules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from kvplan.architectures import base
+from kvplan.architectures.base import AttnDims, Cfg
+from kvplan.spec import LayerCache, WeightPart
+
+
+@dataclass(frozen=True)
+class Quirks:
+    q_bias: str | bool = "attention_bias"  # a config key to read, or a fixed value
+    k_bias: str | bool = "attention_bias"
+    v_bias: str | bool = "attention_bias"
+    o_bias: str | bool = "attention_bias"
+    mlp: str = "gated"  # gated (gate/up/down) | plain (fc1/fc2)
+    mlp_bias: str | bool = "mlp_bias"
+    norms_per_layer: int = 2
+    norm_bias: bool = False  # LayerNorm with bias (vs RMSNorm weight only)
+    qk_norm: str | None = None  # None | "head_dim" | "per_head" | a config key gating "head_dim"
+    qk_norm_flag: str | None = None  # config key that switches qk norm on (cohere use_qk_norm)
+    tied_default: bool = False
+    sliding: str = "all"  # how sliding_window applies without layer_types: all | qwen (layers >= max_window_layers, if use_sliding_window)
+    sliding_gate: str | None = None  # config key that must be true for sliding_window to apply
+    moe: str | None = None  # None | "mixtral" | "qwen_moe"
+    defaults: tuple[tuple[str, object], ...] = ()
+
+
+QUIRKS: dict[str, Quirks] = {
+    "llama": Quirks(),
+    "mistral": Quirks(),
+    "mixtral": Quirks(moe="mixtral"),
+    "qwen2": Quirks(q_bias=True, k_bias=True, v_bias=True, o_bias=False, mlp_bias=False, sliding="qwen",
+                    sliding_gate="use_sliding_window"),
+    "qwen2_moe": Quirks(q_bias=True, k_bias=True, v_bias=True, o_bias=False, mlp_bias=False, sliding="qwen",
+                        sliding_gate="use_sliding_window", moe="qwen_moe"),
+    "qwen3": Quirks(mlp_bias=False, qk_norm="head_dim", sliding="qwen", sliding_gate="use_sliding_window"),
+    "qwen3_moe": Quirks(mlp_bias=False, qk_norm="head_dim", sliding="qwen", sliding_gate="use_sliding_window",
+                        moe="qwen_moe"),
+    "qwen3_vl_text": Quirks(mlp_bias=False, qk_norm="head_dim", sliding="none"),
+    "phi3": Quirks(q_bias=False, k_bias=False, v_bias=False, o_bias=False, mlp_bias=False),
+    "cohere": Quirks(mlp_bias=False, norms_per_layer=1, qk_norm="per_head", qk_norm_flag="use_qk_norm",
+                     tied_default=True),
+    "starcoder2": Quirks(q_bias="use_bias", k_bias="use_bias", v_bias="use_bias", o_bias="use_bias", mlp="plain",
+                         mlp_bias="use_bias", norm_bias=True, tied_default=True, defaults=(("use_bias", True),)),
+}
+
+
+def quirks_for(model_type: str) -> Quirks:
+    return QUIRKS.get(model_type, Quirks())
+
+
+def _flag(c: Cfg, value: str | bool) -> bool:
+    return bool(c.get(value, default=False)) if isinstance(value, str) else value
+
+
+def layer_kinds(c: Cfg, q: Quirks, n: int) -> list[str]:
+    """Per-layer attention kind: layer_types when present, else the family's sliding_window rule."""
+    from_types = base.kinds_from_layer_types(c, n)
+    if from_types is not None:
+        return from_types
+    window = c.get("sliding_window")
+    if not window or q.sliding == "none" or (q.sliding_gate and not c.get(q.sliding_gate, default=False)):
+        return ["full"] * n
+    if q.sliding == "qwen":  # transformers Qwen2Config: sliding for layers >= max_window_layers
+        start = int(c.get("max_window_layers", default=0))
+        return ["sliding" if i >= start else "full" for i in range(n)]
+    return ["sliding"] * n
+
+
+def build_layers(c: Cfg, q: Quirks, dims: AttnDims, kinds: list[str]) -> list[tuple[int, LayerCache]]:
+    window = c.get("sliding_window")
+    chunk = c.get("attention_chunk_size")
+    return [(i, base.attention_cache(k, dims, window, chunk)) for i, k in enumerate(kinds)]
+
+
+def attention_weights(c: Cfg, q: Quirks, layer: int, hidden: int, dims: AttnDims) -> list[WeightPart]:
+    parts = base.attention_block(
+        layer, hidden, dims,
+        q_bias=_flag(c, q.q_bias), k_bias=_flag(c, q.k_bias), v_bias=_flag(c, q.v_bias), o_bias=_flag(c, q.o_bias),
+    )
+    use_qk = q.qk_norm is not None and (q.qk_norm_flag is None or c.get(q.qk_norm_flag, default=False))
+    if use_qk and q.qk_norm == "head_dim":
+        parts += base.norm("self_attn.q_norm", dims.head_dim, layer=layer)
+        parts += base.norm("self_attn.k_norm", dims.head_dim, layer=layer)
+    elif use_qk and q.qk_norm == "per_head":
+        parts.append(WeightPart("self_attn.q_norm", (dims.heads, dims.head_dim), "norm", "text", "replicated", layer))
+        parts.append(WeightPart("self_attn.k_norm", (dims.kv_heads, dims.head_dim), "norm", "text", "replicated", layer))
+    return parts
+
+
+def mlp_weights(c: Cfg, q: Quirks, layer: int, hidden: int) -> list[WeightPart]:
+    moe = _moe_for_layer(c, q, layer)
+    if moe is not None:
+        return moe
+    inter = c.need_int("intermediate_size")
+    if q.mlp == "plain":
+        return base.plain_mlp(layer, hidden, inter, bias=_flag(c, q.mlp_bias), names=("c_fc", "c_proj"))
+    return base.gated_mlp(layer, hidden, inter, bias=_flag(c, q.mlp_bias))
+
+
+def _moe_for_layer(c: Cfg, q: Quirks, layer: int) -> list[WeightPart] | None:
+    if q.moe == "mixtral":
+        n = c.need_int("num_local_experts")
+        return base.router(layer, hidden := c.need_int("hidden_size"), n) + base.experts(
+            layer, hidden, c.need_int("intermediate_size"), n
+        )
+    if q.moe == "qwen_moe":
+        # transformers Qwen3MoeDecoderLayer: sparse iff layer not in mlp_only_layers, num_experts > 0 and
+        # (layer + 1) % decoder_sparse_step == 0
+        n = int(c.get("num_experts", default=0))
+        step = int(c.get("decoder_sparse_step", default=1))
+        if layer in (c.get("mlp_only_layers") or []) or n <= 0 or (layer + 1) % step:
+            return None
+        hidden = c.need_int("hidden_size")
+        parts = base.router(layer, hidden, n) + base.experts(layer, hidden, c.need_int("moe_intermediate_size"), n)
+        shared = int(c.get("shared_expert_intermediate_size", default=0))
+        if shared:
+            parts += base.gated_mlp(layer, hidden, shared, prefix="mlp.shared_expert")
+            parts += base.router(layer, hidden, 1, name="mlp.shared_expert_gate")
+        return parts
+    return None
+
+
+def build(top: Cfg, c: Cfg, q: Quirks | None = None):
+    """ModelSpec pieces for a plain decoder: (caches, weights, tied)."""
+    q = q or quirks_for(str(c.get("model_type", default="")))
+    if q.defaults:
+        c = Cfg(c.raw, {**dict(q.defaults), **c.defaults}, c.where)
+    c.need_all("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
+    n = c.need_int("num_hidden_layers")
+    hidden = c.need_int("hidden_size")
+    vocab = c.need_int("vocab_size")
+    dims = base.attention_dims(c)
+    kinds = layer_kinds(c, q, n)
+    caches = build_layers(c, q, dims, kinds)
+    is_tied = base.tied(top, c, q.tied_default)
+    weights: list[WeightPart] = [base.embedding(vocab, hidden)]
+    for i in range(n):
+        weights += attention_weights(c, q, i, hidden, dims)
+        weights += mlp_weights(c, q, i, hidden)
+        weights += base.decoder_layer_norms(i, hidden, q.norms_per_layer, bias=q.norm_bias)
+    weights += base.norm("norm", hidden, bias=q.norm_bias)
+    weights += base.lm_head(vocab, hidden, is_tied)
+    return caches, weights, is_tied
+
+
+def with_quirks(model_type: str, **changes) -> Quirks:
+    return replace(quirks_for(model_type), **changes)

@@ -1,0 +1,28 @@
+"""transformers config-class defaults for fields that real config.json files omit.
+
+config.json stores only what differs from the class defaults, so a sparse file (the Gemma-3 multimodal
+text_config has no head counts) is read with the defaults of the class that would load it. Values copied from
+transformers 5.23 models/<family>/configuration_<family>.py.
+"""
+
+from __future__ import annotations
+
+CLASS_DEFAULTS: dict[str, dict[str, object]] = {
+    "gemma3_text": {
+        "vocab_size": 262_208, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 26,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131_072,
+        "sliding_window": 4096,
+    },
+    "gemma2": {"sliding_window": 4096, "head_dim": 256, "max_position_embeddings": 8192},
+    "gemma": {"head_dim": 256, "max_position_embeddings": 8192},
+    # FalconConfig: the RefinedWeb-era configs carry no length key
+    "falcon": {"max_position_embeddings": 2048},
+    "gpt_oss": {"sliding_window": 128, "max_position_embeddings": 131_072},
+    "llama4_text": {"attention_chunk_size": 8192},
+}
+
+ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon", "gemma3": "gemma3_text"}
+
+
+def for_model_type(model_type: str) -> dict[str, object]:
+    return CLASS_DEFAULTS.get(ALIASES.get(model_type, model_type), {})

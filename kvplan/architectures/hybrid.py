@@ -1,0 +1,222 @@
+"""State-space and hybrid models: only their attention layers hold a growing KV cache.
+
+mamba (state only), mamba2, jamba (attn_layer_period/offset), nemotron-h (hybrid_override_pattern),
+qwen3-next (full_attention_interval / layer_types, Gated DeltaNet linear attention).
+"""
+
+from __future__ import annotations
+
+import math
+
+from kvplan.architectures import base
+from kvplan.architectures.base import Cfg
+from kvplan.errors import ConfigError
+from kvplan.spec import FullAttention, LinearAttentionState, MambaState, NoCache, WeightPart
+
+
+def _dt_rank(c: Cfg, key: str, hidden: int) -> int:
+    rank = c.get(key, default="auto")
+    return math.ceil(hidden / 16) if rank == "auto" else int(rank)
+
+
+def _mamba1_mixer(layer: int, hidden: int, inter: int, state: int, kernel: int, dt_rank: int, *,
+                  proj_bias: bool, conv_bias: bool, prefix: str, inner_norms: bool = False) -> list[WeightPart]:
+    """MambaMixer: in_proj (x, z), depthwise conv, x_proj (dt, B, C), dt_proj, A_log, D, out_proj."""
+    p = prefix
+    parts = base.linear(f"{p}.in_proj", hidden, 2 * inter, bias=proj_bias, layer=layer)
+    parts.append(WeightPart(f"{p}.conv1d", (inter, 1, kernel), "other", "text", "column", layer))
+    if conv_bias:
+        parts.append(WeightPart(f"{p}.conv1d.bias", (inter,), "bias", "text", "column", layer))
+    parts += base.linear(f"{p}.x_proj", inter, dt_rank + 2 * state, split="row", layer=layer)
+    parts += base.linear(f"{p}.dt_proj", dt_rank, inter, bias=True, layer=layer)
+    parts.append(WeightPart(f"{p}.A_log", (inter, state), "other", "text", "column", layer))
+    parts.append(WeightPart(f"{p}.D", (inter,), "other", "text", "column", layer))
+    parts += base.linear(f"{p}.out_proj", inter, hidden, bias=proj_bias, split="row", layer=layer)
+    if inner_norms:  # Jamba's dt/B/C layernorms
+        parts += base.norm(f"{p}.dt_layernorm", dt_rank, layer=layer)
+        parts += base.norm(f"{p}.b_layernorm", state, layer=layer)
+        parts += base.norm(f"{p}.c_layernorm", state, layer=layer)
+    return parts
+
+
+def _mamba2_mixer(layer: int, hidden: int, heads: int, head_dim: int, groups: int, state: int, kernel: int, *,
+                  proj_bias: bool, conv_bias: bool, prefix: str = "mixer") -> list[WeightPart]:
+    """Mamba2Mixer: in_proj (z, x, B, C, dt), depthwise conv over x|B|C, dt_bias, A_log, D, gated norm, out_proj."""
+    inter = heads * head_dim
+    conv_dim = inter + 2 * groups * state
+    p = prefix
+    parts = base.linear(f"{p}.in_proj", hidden, inter + conv_dim + heads, bias=proj_bias, layer=layer)
+    parts.append(WeightPart(f"{p}.conv1d", (conv_dim, 1, kernel), "other", "text", "column", layer))
+    if conv_bias:
+        parts.append(WeightPart(f"{p}.conv1d.bias", (conv_dim,), "bias", "text", "column", layer))
+    for name in ("dt_bias", "A_log", "D"):
+        parts.append(WeightPart(f"{p}.{name}", (heads,), "other", "text", "column", layer))
+    parts += base.norm(f"{p}.norm", inter, layer=layer)
+    parts += base.linear(f"{p}.out_proj", inter, hidden, bias=proj_bias, split="row", layer=layer)
+    return parts
+
+
+def mamba(top: Cfg, c: Cfg):
+    """MambaForCausalLM: every layer a Mamba-1 mixer; state conv (intermediate x kernel) + SSM (intermediate x state)."""
+    c.need_all(("num_hidden_layers", "n_layer"), "hidden_size", "vocab_size", "state_size", "conv_kernel")
+    n, h, vocab = c.need_int("num_hidden_layers", "n_layer"), c.need_int("hidden_size"), c.need_int("vocab_size")
+    inter = int(c.get("intermediate_size", default=int(c.get("expand", default=2)) * h))
+    state, kernel = c.need_int("state_size"), c.need_int("conv_kernel")
+    cache = MambaState(inter, kernel, (inter, state))
+    weights = [base.embedding(vocab, h, "embeddings")]
+    for i in range(n):
+        weights += base.norm("norm", h, layer=i)
+        weights += _mamba1_mixer(i, h, inter, state, kernel, _dt_rank(c, "time_step_rank", h),
+                                 proj_bias=bool(c.get("use_bias", default=False)),
+                                 conv_bias=bool(c.get("use_conv_bias", default=True)), prefix="mixer")
+    weights += base.norm("norm_f", h)
+    is_tied = base.tied(top, c, True)
+    weights += base.lm_head(vocab, h, is_tied)
+    return [(i, cache) for i in range(n)], weights, is_tied
+
+
+def mamba2(top: Cfg, c: Cfg):
+    """Mamba2ForCausalLM: every layer a Mamba-2 mixer."""
+    c.need_all("num_hidden_layers", "hidden_size", "vocab_size", "state_size", "conv_kernel", "num_heads", "head_dim")
+    n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
+    heads, head_dim, state = c.need_int("num_heads"), c.need_int("head_dim"), c.need_int("state_size")
+    groups, kernel = int(c.get("n_groups", default=1)), c.need_int("conv_kernel")
+    cache = MambaState(heads * head_dim + 2 * groups * state, kernel, (heads, head_dim, state))
+    weights = [base.embedding(vocab, h, "embeddings")]
+    for i in range(n):
+        weights += base.norm("norm", h, layer=i)
+        weights += _mamba2_mixer(i, h, heads, head_dim, groups, state, kernel,
+                                 proj_bias=bool(c.get("use_bias", default=False)),
+                                 conv_bias=bool(c.get("use_conv_bias", default=True)))
+    weights += base.norm("norm_f", h)
+    is_tied = base.tied(top, c, True)
+    weights += base.lm_head(vocab, h, is_tied)
+    return [(i, cache) for i in range(n)], weights, is_tied
+
+
+def jamba(top: Cfg, c: Cfg):
+    """JambaForCausalLM: attention where layer % attn_layer_period == attn_layer_offset, Mamba-1 elsewhere;
+    MoE where layer % expert_layer_period == expert_layer_offset."""
+    c.need_all("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "intermediate_size")
+    n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
+    a_period, a_offset = int(c.get("attn_layer_period", default=8)), int(c.get("attn_layer_offset", default=4))
+    e_period, e_offset = int(c.get("expert_layer_period", default=2)), int(c.get("expert_layer_offset", default=1))
+    experts, inter = int(c.get("num_experts", default=16)), c.need_int("intermediate_size")
+    dims = base.attention_dims(c)
+    m_inter = int(c.get("mamba_expand", default=2)) * h
+    state, kernel = int(c.get("mamba_d_state", default=16)), int(c.get("mamba_d_conv", default=4))
+    attn_cache, state_cache = FullAttention(dims.kv_heads, dims.head_dim, dims.head_dim), MambaState(m_inter, kernel, (m_inter, state))
+    caches, weights = [], [base.embedding(vocab, h)]
+    for i in range(n):
+        if i % a_period == a_offset:
+            caches.append((i, attn_cache))
+            weights += base.attention_block(i, h, dims)
+        else:
+            caches.append((i, state_cache))
+            weights += _mamba1_mixer(i, h, m_inter, state, kernel, _dt_rank(c, "mamba_dt_rank", h),
+                                     proj_bias=bool(c.get("mamba_proj_bias", default=False)),
+                                     conv_bias=bool(c.get("mamba_conv_bias", default=True)), prefix="mamba", inner_norms=True)
+        if experts > 1 and i % e_period == e_offset:
+            weights += base.router(i, h, experts, name="feed_forward.router")
+            weights += base.experts(i, h, inter, experts, prefix="feed_forward.experts")
+        else:
+            weights += base.gated_mlp(i, h, inter, prefix="feed_forward")
+        weights += base.norm("input_layernorm", h, layer=i) + base.norm("pre_ff_layernorm", h, layer=i)
+    weights += base.norm("final_layernorm", h)
+    is_tied = base.tied(top, c, False)
+    weights += base.lm_head(vocab, h, is_tied)
+    return caches, weights, is_tied
+
+
+_NEMOTRON_H_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+
+
+def nemotron_h(top: Cfg, c: Cfg):
+    """NemotronHForCausalLM: one mixer per layer from hybrid_override_pattern (M mamba2, * attention, - MLP)."""
+    c.need_all("num_hidden_layers", "hidden_size", "vocab_size", "hybrid_override_pattern", "num_attention_heads")
+    n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
+    pattern = str(c.need("hybrid_override_pattern"))
+    if len(pattern) != n or set(pattern) - set(_NEMOTRON_H_KINDS):
+        raise ConfigError(f"{c.where}: hybrid_override_pattern must have {n} characters from 'M*-' (got {len(pattern)})")
+    if "E" in pattern:
+        raise ConfigError(f"{c.where}: Nemotron-H MoE layers ('E') are not modelled yet")
+    heads = c.need_int("num_attention_heads")
+    head_dim = int(c.get("attention_head_dim", "head_dim", default=h // heads))
+    dims = base.AttnDims(heads, int(c.get("num_key_value_heads", default=heads)), head_dim, head_dim)
+    m_heads, m_head_dim = c.need_int("mamba_num_heads"), c.need_int("mamba_head_dim")
+    groups, state, kernel = int(c.get("n_groups", default=8)), c.need_int("ssm_state_size"), c.need_int("conv_kernel")
+    state_cache = MambaState(m_heads * m_head_dim + 2 * groups * state, kernel, (m_heads, m_head_dim, state))
+    attn_cache = FullAttention(dims.kv_heads, head_dim, head_dim)
+    bias = bool(c.get("attention_bias", default=False))
+    caches, weights = [], [base.embedding(vocab, h, "embeddings")]
+    for i, ch in enumerate(pattern):
+        weights += base.norm("norm", h, layer=i)
+        if ch == "M":
+            caches.append((i, state_cache))
+            weights += _mamba2_mixer(i, h, m_heads, m_head_dim, groups, state, kernel,
+                                     proj_bias=bool(c.get("mamba_proj_bias", "use_bias", default=False)),
+                                     conv_bias=bool(c.get("use_conv_bias", default=True)))
+        elif ch == "*":
+            caches.append((i, attn_cache))
+            weights += base.attention_block(i, h, dims, qkv_bias=bias, o_bias=bias, prefix="mixer")
+        else:
+            caches.append((i, NoCache()))
+            weights += base.plain_mlp(i, h, c.need_int("intermediate_size"), bias=bool(c.get("mlp_bias", default=False)),
+                                      prefix="mixer", names=("up_proj", "down_proj"))
+    weights += base.norm("norm_f", h)
+    is_tied = base.tied(top, c, False)
+    weights += base.lm_head(vocab, h, is_tied)
+    return caches, weights, is_tied
+
+
+def qwen3_next(top: Cfg, c: Cfg):
+    """Qwen3NextForCausalLM: Gated DeltaNet linear attention except every full_attention_interval-th layer
+    (gated full attention: q_proj emits a gate too); MoE with a gated shared expert on every layer."""
+    c.need_all("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "moe_intermediate_size")
+    n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
+    kinds = base.kinds_from_layer_types(c, n)
+    if kinds is None:
+        interval = int(c.get("full_attention_interval", default=4))
+        kinds = ["linear" if (i + 1) % interval else "full" for i in range(n)]
+    dims = base.attention_dims(c)
+    k_heads, v_heads = int(c.get("linear_num_key_heads", default=16)), int(c.get("linear_num_value_heads", default=32))
+    k_dim, v_dim = int(c.get("linear_key_head_dim", default=128)), int(c.get("linear_value_head_dim", default=128))
+    kernel = int(c.get("linear_conv_kernel_dim", default=4))
+    key_dim, value_dim = k_heads * k_dim, v_heads * v_dim
+    conv_dim = 2 * key_dim + value_dim
+    linear_cache = LinearAttentionState(conv_dim, kernel, v_heads, k_dim, v_dim)
+    full_cache = FullAttention(dims.kv_heads, dims.head_dim, dims.head_dim)
+    experts = int(c.get("num_experts", default=512))
+    step = int(c.get("decoder_sparse_step", default=1))
+    mlp_only = set(c.get("mlp_only_layers", default=[]) or [])
+    caches, weights = [], [base.embedding(vocab, h)]
+    for i, kind in enumerate(kinds):
+        if kind == "full":
+            caches.append((i, full_cache))
+            gated = base.AttnDims(dims.heads * 2, dims.kv_heads, dims.head_dim, dims.head_dim)
+            weights += base.linear("self_attn.q_proj", h, gated.heads * dims.head_dim, layer=i)
+            weights += base.linear("self_attn.k_proj", h, dims.kv_heads * dims.head_dim, layer=i)
+            weights += base.linear("self_attn.v_proj", h, dims.kv_heads * dims.head_dim, layer=i)
+            weights += base.linear("self_attn.o_proj", dims.heads * dims.head_dim, h, split="row", layer=i)
+            weights += base.norm("self_attn.q_norm", dims.head_dim, layer=i) + base.norm("self_attn.k_norm", dims.head_dim, layer=i)
+        else:
+            caches.append((i, linear_cache))
+            weights += base.linear("linear_attn.in_proj_qkvz", h, 2 * key_dim + 2 * value_dim, layer=i)
+            weights += base.linear("linear_attn.in_proj_ba", h, 2 * v_heads, layer=i)
+            weights.append(WeightPart("linear_attn.conv1d", (conv_dim, 1, kernel), "other", "text", "column", i))
+            weights += [WeightPart(f"linear_attn.{p}", (v_heads,), "other", "text", "column", i) for p in ("dt_bias", "A_log")]
+            weights += base.norm("linear_attn.norm", v_dim, layer=i)
+            weights += base.linear("linear_attn.out_proj", value_dim, h, split="row", layer=i)
+        if experts > 0 and i not in mlp_only and (i + 1) % step == 0:
+            weights += base.router(i, h, experts) + base.experts(i, h, c.need_int("moe_intermediate_size"), experts)
+            shared = int(c.get("shared_expert_intermediate_size", default=0))
+            if shared:
+                weights += base.gated_mlp(i, h, shared, prefix="mlp.shared_expert")
+                weights += base.router(i, h, 1, name="mlp.shared_expert_gate")
+        else:
+            weights += base.gated_mlp(i, h, c.need_int("intermediate_size"))
+        weights += base.decoder_layer_norms(i, h, 2)
+    weights += base.norm("norm", h)
+    is_tied = base.tied(top, c, False)
+    weights += base.lm_head(vocab, h, is_tied)
+    return caches, weights, is_tied

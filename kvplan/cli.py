@@ -1,0 +1,163 @@
+"""The `kvplan` command line: thin typer commands that parse, call the library and render.
+
+Every library error becomes ONE line on stderr and an exit code here (CONTRACTS.md): 0 success, 1 a check
+that ran and failed, 2 bad input or environment.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Annotated, Any, Optional
+
+import click
+import typer
+
+from kvplan import catalog
+from kvplan.errors import KvplanError
+from kvplan.units import parse_count, parse_tokens
+
+app = typer.Typer(
+    name="kvplan",
+    help="Exact KV-cache and weight memory for LLM inference, and what fits on a GPU.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+# ---------------------------------------------------------------------------------------------- shared options
+Engine = Annotated[Optional[str], typer.Option("--engine", "-e", help="vllm (default), sglang, llamacpp, trtllm, hf; optionally name@version")]
+KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", help="auto (default), fp16, bf16, fp32, fp8 (fp8_e4m3), fp8_e5m2, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl")]
+KDtype = Annotated[Optional[str], typer.Option("--k-dtype", help="K cache dtype (overrides --kv-dtype for K)")]
+VDtype = Annotated[Optional[str], typer.Option("--v-dtype", help="V cache dtype (overrides --kv-dtype for V)")]
+StateDtype = Annotated[Optional[str], typer.Option("--state-dtype", help="Mamba/linear-attention state dtype (engine default otherwise)")]
+WeightDtype = Annotated[Optional[str], typer.Option("--weight-dtype", help="fp32, fp16, bf16, fp8, int8, int4 (default: the checkpoint's)")]
+Tp = Annotated[str, typer.Option("--tp", help="tensor-parallel GPUs")]
+Pp = Annotated[str, typer.Option("--pp", help="pipeline-parallel stages")]
+EncoderLen = Annotated[Optional[str], typer.Option("--encoder-len", help="encoder positions for cross attention (T5 default n_positions, Whisper 1500)")]
+Json = Annotated[bool, typer.Option("--json", help="print one JSON object (CONTRACTS.md keys) instead of tables")]
+Revision = Annotated[Optional[str], typer.Option("--revision", help="Hub revision (branch, tag or commit)")]
+Offline = Annotated[bool, typer.Option("--offline", help="never touch the network: bundled catalog and HF cache only")]
+Refresh = Annotated[bool, typer.Option("--refresh", help="ask the Hub even for bundled or cached models")]
+Hub = Annotated[bool, typer.Option("--hub", help="resolve a bundled Hub id on the Hub instead of the bundled file")]
+Token = Annotated[Optional[str], typer.Option("--token", help="Hugging Face token (default: HF_TOKEN or the stored login)")]
+Timeout = Annotated[Optional[float], typer.Option("--timeout", help="seconds to wait for the Hub per lookup (default 10, env KVPLAN_HUB_TIMEOUT)")]
+# engine knobs (each engine accepts only its own)
+BlockSize = Annotated[Optional[int], typer.Option("--block-size", help="vllm: tokens per KV block")]
+MaxBatchedTokens = Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help="vllm: chunked-prefill budget (sliding-window reservation)")]
+AsyncSched = Annotated[Optional[bool], typer.Option("--async-scheduling/--no-async-scheduling", help="vllm: async scheduling (0.33 default on)")]
+DisableHybrid = Annotated[Optional[bool], typer.Option("--disable-hybrid-kv-cache-manager", help="vllm: size every layer for the full length")]
+PageSize = Annotated[Optional[int], typer.Option("--page-size", help="sglang: tokens per page")]
+Ubatch = Annotated[Optional[int], typer.Option("--ubatch", help="llamacpp: physical batch -ub (default 512)")]
+KvUnified = Annotated[Optional[bool], typer.Option("--kv-unified/--no-kv-unified", help="llamacpp: one cell stream for all slots")]
+SwaFull = Annotated[Optional[bool], typer.Option("--swa-full", help="llamacpp: full-size cache for sliding-window layers")]
+FlashAttn = Annotated[Optional[bool], typer.Option("--flash-attn/--no-flash-attn", help="llamacpp: flash attention (older builds pad n_ctx by it)")]
+TokensPerBlock = Annotated[Optional[int], typer.Option("--tokens-per-block", help="trtllm: tokens per KV block")]
+
+
+def _options(model: str, *, revision, offline, refresh, hub, token, timeout, encoder_len):
+    from kvplan.sizing import ModelOptions
+
+    return ModelOptions(model, revision, offline or None, refresh, hub, token, timeout,
+                        parse_tokens(encoder_len, "--encoder-len") if encoder_len else None)
+
+
+def _engine_options(*, engine, kv_dtype, k_dtype, v_dtype, state_dtype, weight_dtype, tp, pp, knobs):
+    from kvplan.sizing import EngineOptions
+
+    return EngineOptions(engine, kv_dtype, k_dtype, v_dtype, state_dtype, weight_dtype,
+                         parse_count(tp, "--tp"), parse_count(pp, "--pp"), knobs)
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2) + "\n")
+
+
+# ---------------------------------------------------------------------------------------------- size
+@app.command(help="KV cache per token and for batch x ctx, weights and the total, exactly.")
+def size(
+    model: Annotated[str, typer.Argument(help="alias (kvplan models), Hub id org/name, or a path to config.json")],
+    ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", help="tokens per sequence: 4096, 32k, 1M (default: the model maximum)")] = None,
+    batch: Annotated[str, typer.Option("--batch", "-b", help="concurrent sequences")] = "1",
+    engine: Engine = None, kv_dtype: KvDtype = None, k_dtype: KDtype = None, v_dtype: VDtype = None,
+    state_dtype: StateDtype = None, weight_dtype: WeightDtype = None, tp: Tp = "1", pp: Pp = "1",
+    encoder_len: EncoderLen = None,
+    block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None, async_scheduling: AsyncSched = None,
+    disable_hybrid_kv_cache_manager: DisableHybrid = None, page_size: PageSize = None, ubatch: Ubatch = None,
+    kv_unified: KvUnified = None, swa_full: SwaFull = None, flash_attn: FlashAttn = None,
+    tokens_per_block: TokensPerBlock = None,
+    json_out: Json = False, revision: Revision = None, offline: Offline = False, refresh: Refresh = False,
+    hub: Hub = False, token: Token = None, timeout: Timeout = None,
+) -> None:
+    from kvplan import render, sizing
+
+    knobs = dict(block_size=block_size, max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
+                 disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, page_size=page_size, ubatch=ubatch,
+                 kv_unified=kv_unified, swa_full=swa_full, flash_attn=flash_attn, tokens_per_block=tokens_per_block)
+    mo = _options(model, revision=revision, offline=offline, refresh=refresh, hub=hub, token=token, timeout=timeout,
+                  encoder_len=encoder_len)
+    eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=k_dtype, v_dtype=v_dtype, state_dtype=state_dtype,
+                         weight_dtype=weight_dtype, tp=tp, pp=pp, knobs=knobs)
+    result = sizing.size(mo, eo, parse_tokens(ctx, "--ctx") if ctx is not None else None, parse_count(batch, "--batch"))
+    if json_out:
+        _print_json(result.to_json())
+    else:
+        render.console().print(render.size_view(result))
+
+
+# ---------------------------------------------------------------------------------------------- models, gpus
+@app.command(help="List the bundled catalog: every alias and the Hub id it resolves to.")
+def models(json_out: Json = False) -> None:
+    from kvplan import render
+
+    rows = []
+    for m in catalog.bundled_models():
+        for alias in m.aliases or ("",):
+            rows.append((alias, m.repo_id, m.note or ""))
+    if json_out:
+        _print_json({"schema": 1, "models": [{"alias": a, "id": r, "note": n or None} for a, r, n in rows]})
+    else:
+        render.console().print(render.models_view(rows))
+
+
+@app.command(help="List the GPU catalog (names, aliases, nvidia-smi and CUDA totals, bandwidth).")
+def gpus(json_out: Json = False) -> None:
+    from kvplan import gpus as gpu_catalog, render
+
+    rows = gpu_catalog.catalog_rows()
+    if json_out:
+        _print_json({"schema": 1, "gpus": rows})
+    else:
+        render.console().print(render.gpus_view(rows))
+
+
+# ---------------------------------------------------------------------------------------------- entry point
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI; one line on stderr and the contract's exit code for every failure."""
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv, prog_name="kvplan", standalone_mode=False)
+    except KvplanError as e:
+        _fail(str(e), e.exit_code)
+    except click.exceptions.NoArgsIsHelpError:
+        sys.exit(0)
+    except click.UsageError as e:
+        hint = f" (see `kvplan {e.ctx.info_name} --help`)" if e.ctx is not None and e.ctx.info_name != "kvplan" else " (see `kvplan --help`)"
+        _fail(e.format_message().replace("\n", " ") + hint, 2)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except click.Abort:
+        _fail("aborted", 2)
+    except BrokenPipeError:
+        sys.exit(0)
+    sys.exit(0)
+
+
+def _fail(message: str, code: int) -> None:
+    sys.stderr.write(f"kvplan: error: {message}\n")
+    sys.exit(code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,222 @@
+"""What every engine layout shares: the request, the options, the CachePlan it produces, parallel splits.
+
+A CachePlan is the exact list of tensors (shape, dtype, count) an engine allocates for `batch` requests of
+`ctx` tokens on the limiting GPU. size sums it, fit solves with the same per-request costs, verify allocates it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvplan import dtypes
+from kvplan.dtypes import DType
+from kvplan.errors import InputError
+from kvplan.spec import LayerCache, ModelSpec
+
+
+def cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def pad_to(n: int, multiple: int) -> int:
+    return cdiv(n, multiple) * multiple
+
+
+@dataclass(frozen=True)
+class Knob:
+    """An engine flag that changes the layout or budget: CLI --name, YAML name with '_'."""
+
+    name: str
+    kind: type
+    help: str
+
+
+@dataclass(frozen=True)
+class Request:
+    ctx: int
+    batch: int = 1
+    tp: int = 1
+    pp: int = 1
+
+
+@dataclass(frozen=True)
+class KVDtypes:
+    k: DType
+    v: DType
+    state: DType | None  # conv/recurrent state override (--state-dtype)
+    source: str  # flag | config | engine default | quantization_config
+
+    @property
+    def label(self) -> str:
+        return self.k.name if self.k == self.v else f"{self.k.name}/{self.v.name}"
+
+
+@dataclass(frozen=True)
+class TensorAlloc:
+    """`count` identical tensors of `shape` in `dtype` (a torch dtype name; packed formats are uint8 bytes)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    count: int = 1
+    elem_bytes: int = 1
+
+    @property
+    def nbytes(self) -> int:
+        n = self.elem_bytes
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def total_bytes(self) -> int:
+        return self.nbytes * self.count
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype, "count": self.count, "bytes": self.total_bytes}
+
+
+def tensor(name: str, shape: tuple[int, ...], dtype: DType | str, count: int = 1) -> TensorAlloc:
+    """A tensor of a float dtype, or a byte buffer for packed formats (GGUF blocks, raw paged pools)."""
+    if isinstance(dtype, str):  # raw uint8 / int8 byte buffers
+        return TensorAlloc(name, shape, dtype, count, 1)
+    if dtype.is_block:
+        *lead, row = shape
+        n = 1
+        for d in lead:
+            n *= d
+        return TensorAlloc(name, (n * dtype.nbytes(row),), "uint8", count, 1)
+    return TensorAlloc(name, shape, dtype.torch_name, count, dtype.block_bytes)
+
+
+@dataclass(frozen=True)
+class PlanGroup:
+    """One kind of layer cache on the limiting GPU: how many layers, their geometry, tokens held, bytes."""
+
+    kind: str
+    layer_ids: tuple[int, ...]
+    kv_heads: int | None
+    head_dim_k: int | None
+    head_dim_v: int | None
+    window: int | None
+    tokens: int  # tokens held per sequence (after engine rounding) -- 0 for fixed-size state
+    dtype: str
+    bytes: int
+    bytes_per_token: int  # what one more token of one sequence adds to this group at this ctx
+    tensors: tuple[TensorAlloc, ...]
+    description: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "layers": len(self.layer_ids),
+            "layer_ids": list(self.layer_ids),
+            "kv_heads": self.kv_heads,
+            "head_dim_k": self.head_dim_k,
+            "head_dim_v": self.head_dim_v,
+            "window": self.window,
+            "tokens": self.tokens,
+            "dtype": self.dtype,
+            "bytes": self.bytes,
+            "tensors": [t.to_json() for t in self.tensors],
+        }
+
+
+@dataclass(frozen=True)
+class CachePlan:
+    engine: str
+    request: Request
+    groups: tuple[PlanGroup, ...]
+    kv_bytes_all_gpus: int
+    assumptions: tuple[str, ...]
+    limiting_stage: int = 0
+    details: dict[str, Any] = field(default_factory=dict)  # engine figures (block size, cells, pages...)
+
+    @property
+    def kv_bytes(self) -> int:
+        return sum(g.bytes for g in self.groups)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        return sum(g.bytes_per_token for g in self.groups)
+
+    @property
+    def tensors(self) -> tuple[TensorAlloc, ...]:
+        return tuple(t for g in self.groups for t in g.tensors)
+
+
+# ---------------------------------------------------------------------------------------------- parallelism
+def pp_partition(num_layers: int, pp: int) -> list[range]:
+    """vLLM get_pp_indices: base = L // pp; the remainder goes one layer each to stages pp-2, pp-3, ...
+    (never the last). 61 layers, pp=4 -> [15, 15, 16, 15]."""
+    if pp > num_layers:
+        raise InputError(f"--pp {pp} is more pipeline stages than the model's {num_layers} layers")
+    sizes = [num_layers // pp] * pp
+    remainder = num_layers % pp
+    for i in range(remainder):
+        sizes[pp - 2 - i] += 1
+    out, start = [], 0
+    for s in sizes:
+        out.append(range(start, start + s))
+        start += s
+    return out
+
+
+def kv_heads_per_gpu(total: int, tp: int) -> int:
+    """vLLM/SGLang: max(1, H // tp); with tp > H each GPU holds one replicated head."""
+    return max(1, total // tp)
+
+
+def check_tp_heads(spec: ModelSpec, tp: int, query_heads: int | None = None) -> None:
+    """vLLM's constraints: KV heads divide by tp, or tp is a multiple of the KV heads (replication)."""
+    if tp == 1:
+        return
+    seen = set()
+    for _, c in spec.caches:
+        h = getattr(c, "kv_heads", None)
+        if not h or h in seen:
+            continue
+        seen.add(h)
+        if (h >= tp and h % tp) or (h < tp and tp % h):
+            raise InputError(
+                f"--tp {tp} does not fit the model's {h} KV heads: tp must divide them, or be a multiple of them "
+                f"(accepted here: {', '.join(str(t) for t in _valid_tps(h))})"
+            )
+
+
+def _valid_tps(h: int) -> list[int]:
+    return [t for t in (1, 2, 4, 8, 16, 32, 64) if (h >= t and h % t == 0) or (h < t and t % h == 0)]
+
+
+def stage_caches(spec: ModelSpec, pp: int) -> list[tuple[tuple[int, LayerCache], ...]]:
+    return [spec.caches_of_layers(set(r)) for r in pp_partition(spec.num_layers, pp)]
+
+
+def resolve_kv_dtypes(
+    spec: ModelSpec, engine_default: DType, kv: str | None, k: str | None, v: str | None, state: str | None,
+    *, honours_checkpoint: bool = True,
+) -> KVDtypes:
+    """Flags win; `auto` takes the checkpoint's KV quantization where the engine honours it, else the engine's
+    default for this model."""
+    state_dtype = dtypes.kv_dtype(state) if state and state != "auto" else None
+    if kv and kv != "auto":
+        d = dtypes.kv_dtype(kv)
+        kd = dtypes.kv_dtype(k) if k and k != "auto" else d
+        vd = dtypes.kv_dtype(v) if v and v != "auto" else d
+        return KVDtypes(kd, vd, state_dtype, "flag")
+    hint = spec.quantization.kv_dtype_hint if spec.quantization else None
+    base, source = engine_default, "engine default"
+    if hint and honours_checkpoint and hint in dtypes.KV_DTYPES:
+        base, source = dtypes.KV_DTYPES[hint], "quantization_config"
+    kd = dtypes.kv_dtype(k) if k and k != "auto" else base
+    vd = dtypes.kv_dtype(v) if v and v != "auto" else base
+    if (k and k != "auto") or (v and v != "auto"):
+        source = "flag"
+    return KVDtypes(kd, vd, state_dtype, source)
+
+
+def serving_dtype(spec: ModelSpec) -> DType:
+    """vLLM/SGLang/TRT-LLM `auto`: the model dtype, with fp32 or a missing dtype served as bf16."""
+    name = spec.dtype if spec.dtype in ("fp16", "bf16") else "bf16"
+    return dtypes.KV_DTYPES[name]

@@ -1,0 +1,429 @@
+"""vLLM (V1 engine): paged KV cache laid out as vLLM's kv_cache_interface / kv_cache_utils do (engines.md §1).
+
+Per layer a spec (full, sliding window, chunked local, MLA, cross, Mamba) with a page = one block of one
+layer; layers with identical specs form one group; hybrid models share one block pool across groups of
+`group_size` layers (get_kv_cache_groups). A request needs Σ_groups cdiv(max_memory_usage, page) blocks; block 0
+is the null block. Rules that changed between versions are rows of VERSIONS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kvplan import dtypes
+from kvplan.dtypes import DType
+from kvplan.engines import base
+from kvplan.engines.base import CachePlan, Knob, KVDtypes, PlanGroup, Request, cdiv, tensor
+from kvplan.engines.versions import Selected, select
+from kvplan.errors import InputError
+from kvplan.spec import LayerCache, ModelSpec
+
+
+@dataclass(frozen=True)
+class Rules:
+    gpu_memory_utilization: float  # default --gpu-memory-utilization
+    cudagraph_charged: bool  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default
+    tokens_from_concurrency: bool  # "GPU KV cache size" = int(concurrency * max_model_len) (>= 0.22)
+    async_scheduling: bool  # default on: sliding layers reserve 2 x max_num_batched_tokens in flight (0.33)
+    single_buffer: bool  # one backing buffer for all layers (0.33) vs one tensor per layer slot
+    gib_round: bool  # "Available KV cache memory" printed with round(x, 2) (>= 0.15) vs %.2f
+    mla_block: tuple[tuple[str, int], ...]  # block size MLA backends force, per GPU architecture
+    hybrid_mla_alignment: int  # kernel block alignment for MLA + Mamba hybrids
+    null_block_before_fit: bool  # 0.33 subtracts one block before its fit check
+
+
+_OLD_MLA = (("hopper", 64), ("blackwell", 128), ("other", 16))  # 0.11: FlashMLA 64, CUTLASS MLA 128
+VERSIONS: list[tuple[str, Rules]] = [
+    ("0.10", Rules(0.90, False, False, False, False, False, _OLD_MLA, 16, False)),
+    ("0.15", Rules(0.90, False, False, False, False, True, _OLD_MLA, 16, False)),
+    ("0.19", Rules(0.90, False, False, False, False, True, _OLD_MLA, 16, False)),
+    ("0.22", Rules(0.92, True, True, False, False, True, _OLD_MLA, 16, False)),
+    ("0.25", Rules(0.92, True, True, False, False, True, _OLD_MLA, 16, False)),
+    # 0.33: FlashAttn-MLA first on SM90 (block 16), FlashInfer-MLA on SM100 (block 32)
+    ("0.33", Rules(0.92, True, True, True, True, True, (("hopper", 16), ("blackwell", 32), ("other", 16)), 128, True)),
+]
+
+KNOBS = {
+    "block_size": Knob("block_size", int, "tokens per KV block (vLLM default 16; MLA backends may force 32/64/128)"),
+    "max_num_batched_tokens": Knob("max_num_batched_tokens", int, "chunked-prefill token budget (sliding-window reservation)"),
+    "async_scheduling": Knob("async_scheduling", bool, "async scheduling (0.33 default on): 2 batches in flight"),
+    "disable_hybrid_kv_cache_manager": Knob("disable_hybrid_kv_cache_manager", bool, "size every layer for the full length"),
+    "gpu_memory_utilization": Knob("gpu_memory_utilization", float, "fraction of CUDA total memory vLLM may use"),
+    "max_num_seqs": Knob("max_num_seqs", int, "running-request limit"),
+    "max_model_len": Knob("max_model_len", int, "the engine's max_model_len (start-up check)"),
+}
+SIZE_MAX_NUM_BATCHED_TOKENS = 2048  # `size` knows no GPU: the non-large-GPU API-server default
+
+
+def select_version(requested: str | None) -> Selected[Rules]:
+    return select("vllm", requested, VERSIONS)
+
+
+def default_max_num_batched_tokens(total_gib: float | None, gpu_name: str, version: str) -> int:
+    """EngineArgs._set_default_args for `vllm serve`: >= 70 GiB and not A100 -> 8192, else 2048;
+    0.33: >= 160 GiB -> 16384."""
+    if total_gib is None:
+        return SIZE_MAX_NUM_BATCHED_TOKENS
+    if version >= "0.33" and total_gib >= 160:
+        return 16384
+    if total_gib >= 70 and "a100" not in gpu_name.lower():
+        return 8192
+    return 2048
+
+
+def default_max_num_seqs(total_gib: float | None) -> int:
+    return 1024 if total_gib is not None and total_gib >= 70 else 256
+
+
+def gpu_arch(gpu_name: str | None) -> str:
+    n = (gpu_name or "").lower()
+    if any(k in n for k in ("h100", "h200", "gh200", "h800", "h20")):
+        return "hopper"
+    if any(k in n for k in ("b200", "gb200", "b100", "b300")):
+        return "blackwell"
+    return "other"
+
+
+# ---------------------------------------------------------------------------------------------- specs
+@dataclass(frozen=True)
+class VSpec:
+    """One layer's vLLM KV spec on one GPU. token_bytes: bytes one token adds (attention kinds); state_bytes:
+    the fixed Mamba state (its page)."""
+
+    kind: str
+    block_size: int
+    token_bytes: int = 0
+    state_bytes: int = 0
+    window: int = 0
+    encoder_len: int = 0
+    page_override: int = 0  # Mamba page padded to the attention page
+
+    @property
+    def page(self) -> int:
+        if self.kind in ("mamba_state", "linear_state"):
+            return self.page_override or self.state_bytes
+        return self.block_size * self.token_bytes
+
+    def reserved_tokens(self, max_len: int, inflight: int) -> int:
+        """Tokens a request of max_len must be able to hold (before block rounding)."""
+        if self.kind == "sliding":
+            return min(self.window - 1 + inflight, max_len)
+        if self.kind == "chunked":
+            return min(self.window + inflight, max_len)
+        if self.kind == "cross":
+            return self.encoder_len
+        return max_len
+
+    def blocks(self, max_len: int, inflight: int) -> int:
+        """cdiv(max_memory_usage_bytes, page): SlidingWindowSpec adds one block for the window's edge."""
+        if self.kind in ("mamba_state", "linear_state"):
+            return 1
+        n = cdiv(self.reserved_tokens(max_len, inflight), self.block_size)
+        return n + 1 if self.kind == "sliding" else n
+
+    def grows(self, ctx: int, inflight: int) -> bool:
+        if self.kind in ("full", "mla"):
+            return True
+        if self.kind in ("sliding", "chunked"):
+            return self.reserved_tokens(ctx + 1, inflight) > self.reserved_tokens(ctx, inflight)
+        return False
+
+
+def _state_bytes(c: LayerCache, tp: int, conv: DType, ssm: DType) -> int:
+    """MambaStateShapeCalculator: conv (kernel - 1, conv_dim / tp) + temporal state / tp."""
+    kernel_rows = c.conv_kernel - 1
+    if c.kind == "linear_state":
+        conv_elems = kernel_rows * (c.conv_dim // tp)
+        ssm_elems = (c.num_v_heads // tp) * c.key_head_dim * c.value_head_dim
+    else:
+        shape = c.ssm_shape
+        conv_elems = kernel_rows * (c.conv_dim // tp)
+        ssm_elems = (shape[0] // tp)
+        for d in shape[1:]:
+            ssm_elems *= d
+    return conv.nbytes(conv_elems) + ssm.nbytes(ssm_elems)
+
+
+def layer_spec(c: LayerCache, tp: int, kvd: KVDtypes, block: int, mla_block: int, disable_hybrid: bool,
+               state_dtypes: tuple[DType, DType]) -> VSpec | None:
+    kind = c.kind
+    if kind in ("none", "shared"):
+        return None  # KV-sharing consumers and MLP-only layers get no spec
+    if kind == "mla":
+        return VSpec("mla", mla_block, kvd.k.nbytes(c.latent_dim))
+    if kind in ("mamba_state", "linear_state"):
+        return VSpec(kind, block, state_bytes=_state_bytes(c, tp, *state_dtypes))
+    heads = base.kv_heads_per_gpu(c.kv_heads, tp)
+    token = kvd.k.nbytes(heads * c.head_dim_k) + kvd.v.nbytes(heads * c.head_dim_v)
+    if kind == "cross":
+        return VSpec("cross", block, token, encoder_len=c.encoder_len)
+    if kind in ("sliding", "chunked") and not disable_hybrid:
+        return VSpec(kind, block, token, window=getattr(c, "window", 0) or getattr(c, "chunk", 0))
+    return VSpec("full", block, token)
+
+
+# ---------------------------------------------------------------------------------------------- grouping
+@dataclass(frozen=True)
+class VGroup:
+    spec: VSpec
+    layers: tuple[int, ...]  # real layers (padding slots are not listed)
+    slots: int  # tensors this group spans: group_size (hybrid) or its layer count
+
+
+@dataclass(frozen=True)
+class StageLayout:
+    """A pipeline stage's KV layout: what is fixed before any request arrives."""
+
+    groups: tuple[VGroup, ...]  # VGroup.layers are entry positions in `caches`
+    bytes_per_block: int
+    uniform_type: bool  # UniformTypeKVCacheSpecs: one group, per-layer pages
+    layer_pages: tuple[tuple[int, int], ...]  # (entry, page) for the uniform-type case
+    block_size: int
+    caches: tuple[tuple[int, LayerCache], ...]
+    specs: tuple[tuple[int, VSpec], ...]
+    notes: tuple[str, ...]
+
+    def blocks_per_request(self, max_len: int, inflight: int) -> int:
+        if self.uniform_type:
+            return max(s.blocks(max_len, inflight) for _, s in self.specs)
+        return sum(g.spec.blocks(max_len, inflight) for g in self.groups)
+
+
+def _align_hybrid(specs: list[tuple[int, VSpec]], block: int, alignment: int, user_block: bool) -> tuple[list[tuple[int, VSpec]], int, list[str]]:
+    """Attention + Mamba: raise the attention block so one page holds a Mamba state, pad Mamba pages to it."""
+    attn = [s for _, s in specs if s.kind not in ("mamba_state", "linear_state")]
+    state = [s for _, s in specs if s.kind in ("mamba_state", "linear_state")]
+    if not attn or not state:
+        return specs, block, []
+    per_token = max(s.token_bytes for s in attn)
+    mamba_page = max(s.state_bytes for s in state)
+    needed = alignment * cdiv(mamba_page, alignment * per_token)
+    new_block = max(block, needed)
+    padded = new_block * per_token
+    notes = [
+        f"attention block size raised to {new_block} tokens so a page holds one Mamba state "
+        f"({mamba_page:,} B, padded to {padded:,} B)"
+    ] if new_block != block or padded != mamba_page else []
+    out = []
+    for i, s in specs:
+        if s.kind in ("mamba_state", "linear_state"):
+            out.append((i, replace(s, block_size=new_block, page_override=padded)))
+        else:
+            out.append((i, replace(s, block_size=new_block) if s.kind != "mla" or not user_block else s))
+    return out, new_block, notes
+
+
+def _unify_pages(specs: list[tuple[int, VSpec]]) -> list[tuple[int, VSpec]]:
+    """unify_kv_cache_spec_page_size: smaller pages get block_size x (max_page / page)."""
+    max_page = max(s.page for _, s in specs)
+    out = []
+    for i, s in specs:
+        if s.page != max_page:
+            if s.kind in ("mamba_state", "linear_state"):
+                s = replace(s, page_override=max_page)
+            elif max_page % s.page:
+                raise InputError("vLLM cannot unify this model's KV page sizes (they do not divide); it would refuse to start")
+            else:
+                s = replace(s, block_size=s.block_size * (max_page // s.page))
+        out.append((i, s))
+    return out
+
+
+def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, Any], state_dtypes, arch: str) -> StageLayout:
+    user_block = opts.get("block_size")
+    block = int(user_block or 16)
+    mla_block = int(user_block or dict(rules.mla_block).get(arch, 16))
+    disable = bool(opts.get("disable_hybrid_kv_cache_manager"))
+    notes: list[str] = []
+    if not disable and any(c.kind == "chunked" for _, c in caches) and opts.get("disable_hybrid_kv_cache_manager") is None:
+        disable = True  # VllmConfig.__post_init__: chunked local attention turns the hybrid manager off
+        notes.append("chunked local attention: vLLM disables the hybrid KV cache manager, every layer sized for the full length")
+    specs = []  # keyed by the entry's position in `caches` (a decoder layer may hold self + cross caches)
+    for e, (_, c) in enumerate(caches):
+        s = layer_spec(c, tp, kvd, block, mla_block, disable, state_dtypes)
+        if s is not None:
+            specs.append((e, s))
+    if not specs:
+        return StageLayout((), 0, False, (), block, tuple(caches), (), tuple(notes))
+    has_mla = any(s.kind == "mla" for _, s in specs)
+    specs, block, align_notes = _align_hybrid(specs, block, rules.hybrid_mla_alignment if has_mla else 16, bool(user_block))
+    notes += align_notes
+    distinct = {s for _, s in specs}
+    kinds = {(s.kind, s.block_size) for s in distinct}
+    if len(distinct) == 1:
+        s = next(iter(distinct))
+        layers = tuple(e for e, _ in specs)
+        groups = (VGroup(s, layers, len(layers)),)
+        return StageLayout(groups, len(layers) * s.page, False, (), s.block_size, tuple(caches), tuple(specs), tuple(notes))
+    if len(kinds) == 1 and next(iter(kinds))[0] in ("full", "mla"):
+        # UniformTypeKVCacheSpecs: same type, different page sizes (per-layer heads, MLA + indexer)
+        s0 = specs[0][1]
+        layers = tuple(i for i, _ in specs)
+        pages = tuple((i, s.page) for i, s in specs)
+        return StageLayout((VGroup(s0, layers, len(layers)),), sum(p for _, p in pages), True, pages, s0.block_size,
+                           tuple(caches), tuple(specs), tuple(notes))
+    specs = _unify_pages(specs)
+    buckets: dict[VSpec, list[int]] = {}
+    for i, s in specs:
+        buckets.setdefault(s, []).append(i)
+    sizes = [len(v) for v in buckets.values()]
+    group_size = max(sizes) if max(sizes) < 1.5 * min(sizes) else min(sizes)
+    groups, padding = [], 0
+    for s, layers in buckets.items():
+        k = cdiv(len(layers), group_size)
+        padding += k * group_size - len(layers)
+        for j in range(k):
+            groups.append(VGroup(s, tuple(layers[j::k]), group_size))
+    if padding:
+        total = len(groups) * group_size
+        notes.append(f"{padding} padding layer slot(s) in the hybrid KV groups (may waste up to {100 * padding / total:.2f}%)")
+    page = specs[0][1].page
+    return StageLayout(tuple(groups), group_size * page, False, (), max(s.block_size for _, s in specs), tuple(caches),
+                       tuple(specs), tuple(notes))
+
+
+# ---------------------------------------------------------------------------------------------- layout
+@dataclass(frozen=True)
+class Prepared:
+    """vLLM's KV layout for a model, TP/PP and options: fixed structure, per-request costs as functions of ctx."""
+
+    selected: Selected[Rules]
+    stages: tuple[StageLayout, ...]
+    kvd: KVDtypes
+    inflight: int
+    max_num_batched_tokens: int
+    async_on: bool
+    assumptions: tuple[str, ...]
+    tp: int
+    pp: int
+
+    def blocks_per_request(self, ctx: int, stage: int) -> int:
+        return self.stages[stage].blocks_per_request(ctx, self.inflight)
+
+    def request_bytes(self, ctx: int, stage: int) -> int:
+        s = self.stages[stage]
+        return s.blocks_per_request(ctx, self.inflight) * s.bytes_per_block
+
+    def limiting_stage(self, ctx: int) -> int:
+        per = [self.request_bytes(ctx, i) for i in range(len(self.stages))]
+        return per.index(max(per))
+
+    def plan(self, ctx: int, batch: int, stage: int | None = None) -> CachePlan:
+        stage = self.limiting_stage(ctx) if stage is None else stage
+        s = self.stages[stage]
+        groups = _plan_groups(s, ctx, batch, self.inflight, self.kvd, self.tp)
+        all_gpus = sum(self.request_bytes(ctx, i) for i in range(len(self.stages))) * batch * self.tp
+        details = {
+            "block_size": s.block_size,
+            "bytes_per_block": s.bytes_per_block,
+            "blocks_per_request": s.blocks_per_request(ctx, self.inflight),
+            "blocks": batch * s.blocks_per_request(ctx, self.inflight),
+            "max_num_batched_tokens": self.max_num_batched_tokens,
+            "inflight_tokens": self.inflight,
+            "kv_groups": len(s.groups),
+        }
+        return CachePlan(self.selected.label, Request(ctx, batch, self.tp, self.pp), tuple(groups), all_gpus,
+                         self.assumptions + s.notes, stage, details)
+
+
+def _plan_groups(s: StageLayout, ctx: int, batch: int, inflight: int, kvd: KVDtypes, tp: int) -> list[PlanGroup]:
+    """Per distinct layer cache: its share of the pool for `batch` requests. Each layer slot of a vLLM group
+    holds blocks x page bytes; a group's padding slots count toward the cache of its first layer."""
+    spec_of = dict(s.specs)
+    order: dict[LayerCache, dict[str, Any]] = {}
+    for e, (layer, c) in enumerate(s.caches):
+        b = order.setdefault(c, {"layers": [], "entries": [], "tensors": []})
+        b["layers"].append(layer)
+        b["entries"].append(e)
+    if s.uniform_type:
+        blocks = s.blocks_per_request(ctx, inflight) * batch
+        for e, page in s.layer_pages:
+            order[s.caches[e][1]]["tensors"].append(
+                tensor(f"layer {s.caches[e][0]} paged KV: {blocks} blocks x {page:,} B", (blocks * page,), "int8"))
+    else:
+        for g in s.groups:
+            blocks = g.spec.blocks(ctx, inflight) * batch
+            slots: dict[LayerCache, int] = {}
+            for e in g.layers:
+                slots[s.caches[e][1]] = slots.get(s.caches[e][1], 0) + 1
+            owner = s.caches[g.layers[0]][1]
+            slots[owner] += g.slots - len(g.layers)
+            for c, n in slots.items():
+                order[c]["tensors"].append(tensor(
+                    f"paged KV: {n} layer slot(s) x {blocks} blocks x {g.spec.page:,} B", (blocks * g.spec.page,), "int8", n))
+    out = []
+    for c, b in order.items():
+        spec = spec_of.get(b["entries"][0])
+        if spec is None:
+            out.append(PlanGroup(c.kind, tuple(b["layers"]), None, None, None, None, 0, "-", 0, 0, (), c.describe()))
+            continue
+        if spec.kind in ("mamba_state", "linear_state"):
+            tokens, per_token, dtype = 0, 0, "state"
+        else:
+            held = spec.blocks(ctx, inflight) - (1 if spec.kind == "sliding" else 0)
+            tokens = held * spec.block_size
+            per_token = spec.token_bytes * len(b["layers"]) if spec.grows(ctx, inflight) else 0
+            dtype = kvd.k.name if c.kind == "mla" else kvd.label
+        out.append(PlanGroup(
+            kind=c.kind, layer_ids=tuple(b["layers"]), tokens=tokens, dtype=dtype,
+            bytes=sum(t.total_bytes for t in b["tensors"]), bytes_per_token=per_token, tensors=tuple(b["tensors"]),
+            description=c.describe(), **geometry(c, tp),
+        ))
+    return out
+
+
+def geometry(c: LayerCache, tp: int, split_heads=base.kv_heads_per_gpu) -> dict[str, Any]:
+    """JSON geometry of a layer cache on one GPU (MLA: one latent 'head', never split by TP)."""
+    if c.kind == "mla":
+        return {"kv_heads": 1, "head_dim_k": c.latent_dim, "head_dim_v": 0, "window": None}
+    if c.kind in ("mamba_state", "linear_state", "none", "shared"):
+        return {"kv_heads": None, "head_dim_k": None, "head_dim_v": None, "window": None}
+    window = getattr(c, "window", None) or getattr(c, "chunk", None)
+    if c.kind == "cross":
+        window = None
+    return {"kv_heads": split_heads(c.kv_heads, tp), "head_dim_k": c.head_dim_k, "head_dim_v": c.head_dim_v,
+            "window": window or None}
+
+
+def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
+            *, gpu_name: str | None = None, gpu_total_gib: float | None = None) -> Prepared:
+    rules = selected.rules
+    base.check_tp_heads(spec, tp)
+    assumptions = []
+    if selected.note:
+        assumptions.append(selected.note)
+    mbt = opts.get("max_num_batched_tokens")
+    if mbt is None:
+        mbt = default_max_num_batched_tokens(gpu_total_gib, gpu_name or "", selected.version)
+        where = "size knows no GPU" if gpu_total_gib is None else f"vllm serve default for this GPU"
+        assumptions.append(f"max_num_batched_tokens {mbt} ({where}; --max-num-batched-tokens changes it)")
+    async_on = opts.get("async_scheduling")
+    if async_on is None:
+        async_on = rules.async_scheduling and pp == 1
+    inflight = int(mbt) * (2 if async_on else (pp if pp > 1 else 1))
+    if any(c.kind in ("sliding", "chunked") for _, c in spec.caches):
+        assumptions.append(
+            f"sliding/chunked layers reserve window + {inflight:,} in-flight tokens per request "
+            f"({'async scheduling: 2 x ' if async_on else ''}max_num_batched_tokens)"
+        )
+    arch = gpu_arch(gpu_name) if gpu_name else "hopper"
+    if any(c.kind == "mla" for _, c in spec.caches) and not opts.get("block_size"):
+        block = dict(rules.mla_block).get(arch, 16)
+        assumptions.append(f"MLA block size {block} (the attention backend vLLM {selected.version} picks on "
+                           f"{arch if gpu_name else 'Hopper (size assumes a Hopper GPU)'})")
+    elif not opts.get("block_size"):
+        assumptions.append("block size 16 tokens (vLLM default)")
+    model_dt = dtypes.KV_DTYPES[spec.dtype] if spec.dtype in ("fp16", "bf16", "fp32") else base.serving_dtype(spec)
+    state = kvd.state or (model_dt if model_dt.name != "fp32" else base.serving_dtype(spec))
+    if any(c.kind in ("mamba_state", "linear_state") for _, c in spec.caches):
+        assumptions.append(f"Mamba/linear-attention state: conv window kernel-1, conv and SSM state in {state.name} "
+                           "(--state-dtype overrides)")
+    stages = tuple(build_stage(cs, tp, kvd, rules, opts, (state, state), arch) for cs in base.stage_caches(spec, pp))
+    assumptions.append("the null block (block 0) is excluded from usable blocks")
+    return Prepared(selected, stages, kvd, inflight, int(mbt), bool(async_on), tuple(assumptions), tp, pp)
+
+
+def format_gib(value_bytes: int, rules: Rules) -> str:
+    x = value_bytes / (1 << 30)
+    return str(round(x, 2)) if rules.gib_round else f"{x:.2f}"

@@ -1,0 +1,857 @@
+"""The Hugging Face Hub: configs, safetensors headers, `pull` and model search.
+
+The only kvplan module that imports huggingface_hub, and only inside functions, so `import kvplan` stays fast.
+
+Order of a lookup (fetch_config): the HF cache at that revision (unless refresh), then one short metadata request
+(HEAD on config.json, no retries), then the download; all of it under one deadline (--timeout, KVPLAN_HUB_TIMEOUT,
+default 10 s), because huggingface_hub alone retries a failing Hub for minutes. When the Hub fails: the cache, then
+a bundled config that aliases.yaml marks as the same architecture, with a one-line note. Failures are told apart by
+huggingface_hub's exception types (see _explain, the one place that turns them into kvplan errors).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import logging
+import math
+import os
+import re
+import shutil
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kvplan import catalog
+from kvplan.errors import ConfigError, EnvironmentProblem, InputError, KvplanError, ModelNotFoundError
+from kvplan.resolve import ModelRef, ResolvedModel, looks_like_hub_id, read_config_file
+
+T = TypeVar("T")
+
+CONFIG_NAME = "config.json"
+DEFAULT_TIMEOUT_S = 10.0
+WEIGHTS_FILE = "safetensors.json"  # the safetensors header summary inside a `pull --to DIR` catalog folder
+RECORD_FORMAT = "kvplan-safetensors-1"
+
+
+class WeightsUnavailable(KvplanError):
+    """No safetensors metadata for a model (none on the Hub, unreachable, not pulled): the CLI falls back to
+    config-derived weight bytes and says why."""
+
+
+# --------------------------------------------------------------------------------------------------- settings
+
+
+def _env_true(name: str) -> bool:
+    return os.environ.get(name, "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def is_offline(offline: bool | None = None) -> bool:
+    """--offline, else HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE now or when huggingface_hub was imported (it reads
+    the variable once, at import)."""
+    if offline is not None:
+        return offline
+    if _env_true("HF_HUB_OFFLINE") or _env_true("TRANSFORMERS_OFFLINE"):
+        return True
+    from huggingface_hub import constants
+
+    return bool(constants.HF_HUB_OFFLINE)
+
+
+def resolve_timeout(timeout: float | str | None = None) -> float:
+    """--timeout, else KVPLAN_HUB_TIMEOUT, else 10 s."""
+    raw: Any = timeout if timeout is not None else os.environ.get("KVPLAN_HUB_TIMEOUT")
+    if raw is None or raw == "":
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not (value > 0 and math.isfinite(value)):
+        where = "--timeout" if timeout is not None else "KVPLAN_HUB_TIMEOUT"
+        raise InputError(f"{where} must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+def resolve_endpoint(endpoint: str | None = None) -> str:
+    """endpoint=, else HF_ENDPOINT as it is now (huggingface_hub reads it only at import), else its default."""
+    if endpoint:
+        return endpoint.rstrip("/")
+    if os.environ.get("HF_ENDPOINT"):
+        return os.environ["HF_ENDPOINT"].rstrip("/")
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT.rstrip("/")
+
+
+def hub_cache_dir() -> Path:
+    """huggingface_hub's cache (HF_HUB_CACHE, else $HF_HOME/hub), as huggingface_hub itself resolved it."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HUB_CACHE)
+
+
+def kvplan_store_dir() -> Path:
+    """$HF_HOME/kvplan: safetensors header summaries that `pull` (or an online lookup) stored for offline use."""
+    from huggingface_hub import constants
+
+    return Path(constants.HF_HOME) / "kvplan"
+
+
+def _hf() -> Any:
+    """Import huggingface_hub on first use; keep its logger and progress bars off kvplan's one-line stderr."""
+    import huggingface_hub
+    from huggingface_hub.utils import disable_progress_bars
+
+    if not os.environ.get("HF_HUB_VERBOSITY"):
+        logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+    disable_progress_bars()
+    if "HF_HUB_DISABLE_TELEMETRY" not in os.environ or _env_true("HF_HUB_DISABLE_TELEMETRY"):
+        # Telemetry in the user agent makes huggingface_hub fetch {import-time endpoint}/api/agent-harnesses with
+        # a 3 s timeout before the first request: an unbounded-by-us extra wait, and a request to the default Hub
+        # even when endpoint= points at a mirror. An explicit HF_HUB_DISABLE_TELEMETRY=0 keeps it on.
+        huggingface_hub.constants.HF_HUB_DISABLE_TELEMETRY = True
+    return huggingface_hub
+
+
+# ------------------------------------------------------------------------------------------ bounded waits
+
+
+class _Deadline(Exception):
+    """The lookup did not finish in time (raised by _bounded)."""
+
+
+class _Offline(Exception):
+    """Offline and nothing cached."""
+
+
+def _bounded(fn: Callable[[], T], seconds: float) -> T:
+    """Run fn in a daemon thread and wait at most `seconds`.
+
+    huggingface_hub retries 5xx and timeouts inside hf_hub_download (a 60 s metadata timeout and 5 retries with
+    back-off) and streams downloads with its own retries, so per-request timeouts alone do not bound a lookup.
+    A daemon thread left behind cannot keep the process alive at exit.
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # handed to the caller below
+            box["error"] = e
+
+    worker = threading.Thread(target=run, name="kvplan-hub", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise _Deadline()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+# ------------------------------------------------------------------------------------- errors, one place
+
+
+@dataclass(frozen=True)
+class _Ctx:
+    repo_id: str
+    revision: str
+    endpoint: str
+    timeout: float
+    filename: str = CONFIG_NAME
+
+
+@dataclass(frozen=True)
+class _Failure:
+    error: KvplanError
+    cache_ok: bool  # a cached copy (older commit or earlier login) may stand in
+    bundled_ok: bool  # a bundled same-architecture config may stand in
+
+
+def _line(text: object, limit: int = 160) -> str:
+    first = next((s.strip() for s in str(text).splitlines() if s.strip()), "")
+    return first if len(first) <= limit else first[: limit - 3] + "..."
+
+
+def _sent_token(exc: BaseException) -> bool:
+    """Whether the refused request carried a token (401 vs 403 is the Hub's business; we look at what we sent)."""
+    try:
+        return bool(exc.response.request.headers.get("authorization"))  # type: ignore[attr-defined]
+    except Exception:  # httpx raises RuntimeError, not AttributeError, for an unset .request
+        return False
+
+
+def _transport_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(timeouts, connection failures) of the HTTP client huggingface_hub uses (httpx2 in 2.x, httpx in 1.x)."""
+    timeouts: list[type[BaseException]] = [TimeoutError]
+    network: list[type[BaseException]] = [ConnectionError]
+    for name in ("httpx2", "httpx"):
+        try:
+            mod = __import__(name)
+        except ImportError:
+            continue
+        timeouts.append(mod.TimeoutException)
+        network += [mod.NetworkError, mod.RemoteProtocolError, mod.ProxyError, mod.TooManyRedirects]
+    return tuple(timeouts), tuple(network)
+
+
+def _explain(exc: BaseException, c: _Ctx) -> _Failure:
+    """Every huggingface_hub failure -> one line and whether something may be fallen back on. By exception type:
+    the Hub answers 401 both for missing repos and for private/gated ones without a token."""
+    from huggingface_hub import errors as E
+
+    repo, at, ep = c.repo_id, f"{c.repo_id}@{c.revision}", c.endpoint
+    remote_entry = getattr(E, "RemoteEntryNotFoundError", E.EntryNotFoundError)
+    timeouts, network = _transport_errors()
+
+    def fail(cls: type[KvplanError], msg: str, cache_ok: bool = False, bundled_ok: bool = False) -> _Failure:
+        return _Failure(cls(msg), cache_ok, bundled_ok)
+
+    if isinstance(exc, KvplanError):
+        return _Failure(exc, False, False)
+    if isinstance(exc, _Deadline) or isinstance(exc, timeouts):
+        return fail(
+            EnvironmentProblem,
+            f"no complete answer from {ep} for {repo} within {c.timeout:g} s "
+            "(raise --timeout or KVPLAN_HUB_TIMEOUT, or use --offline with a cached copy)",
+            True,
+            True,
+        )
+    if isinstance(exc, (_Offline, E.OfflineModeIsEnabled)):
+        return fail(
+            EnvironmentProblem,
+            f"offline (--offline or HF_HUB_OFFLINE) and {at} is not in the Hugging Face cache ({hub_cache_dir()}); "
+            f"run `kvplan pull {repo}` while online",
+            True,
+            True,
+        )
+    if isinstance(exc, E.GatedRepoError):
+        url = f"{ep}/{repo}"
+        if _sent_token(exc):
+            msg = f"{repo} is gated and this token has no access: accept the license at {url} with its account"
+        else:
+            msg = f"{repo} is gated: accept its license at {url}, then set HF_TOKEN, run `hf auth login` or pass --token"
+        return fail(InputError, msg, True, True)
+    if isinstance(exc, E.DisabledRepoError):
+        return fail(ModelNotFoundError, f"{repo} has been disabled by its author on {ep}", True)
+    if isinstance(exc, E.RepositoryNotFoundError):
+        close = catalog.suggest(repo)
+        hint = f"; close names in the catalog: {', '.join(close)}" if close else ""
+        why = "or private and this token has no access" if _sent_token(exc) else "or private and you are not logged in"
+        return fail(ModelNotFoundError, f"{repo} not found on {ep}, {why}{hint}", True)
+    if isinstance(exc, E.RevisionNotFoundError):
+        return fail(ModelNotFoundError, f"{repo} has no revision {c.revision!r} (a branch, tag or full commit sha)")
+    if isinstance(exc, E.LocalEntryNotFoundError):
+        return fail(EnvironmentProblem, f"{at} is not in the Hugging Face cache and the Hub cannot be reached", True, True)
+    if isinstance(exc, remote_entry):
+        if c.filename == CONFIG_NAME:
+            msg = f"{at} has no config.json (a GGUF-only or non-transformers repo?); pass a local config.json or .gguf path"
+        else:
+            msg = f"{at} has no {c.filename}"
+        return fail(ConfigError, msg)
+    if isinstance(exc, E.NotASafetensorsRepoError):
+        return fail(WeightsUnavailable, f"{at} has no safetensors weights (model.safetensors or its .index.json)")
+    if isinstance(exc, E.SafetensorsParsingError):
+        return fail(WeightsUnavailable, f"{at}: unreadable safetensors header ({_line(exc)})")
+    if isinstance(exc, E.FileMetadataError):
+        return fail(
+            EnvironmentProblem,
+            f"{ep} does not answer like the Hugging Face Hub (no X-Repo-Commit or ETag); check HF_ENDPOINT and proxies",
+            True,
+            True,
+        )
+    if isinstance(exc, E.HfHubHTTPError):
+        response = getattr(exc, "response", None)
+        status = getattr(response, "status_code", "?")
+        server = _line(getattr(exc, "server_message", None) or "")
+        if "invalid credentials" in server.lower():
+            return fail(InputError, f"{ep} rejected the token (invalid credentials); check HF_TOKEN, your login or --token", True, True)
+        detail = f": {server}" if server else ""
+        return fail(EnvironmentProblem, f"the Hub at {ep} failed for {repo} (HTTP {status}{detail})", True, True)
+    if isinstance(exc, E.HFValidationError):
+        return fail(InputError, f"{repo!r} is not a valid Hub id: {_line(exc)}")
+    if isinstance(exc, network):
+        return fail(
+            EnvironmentProblem,
+            f"cannot reach {ep} ({_line(exc) or type(exc).__name__}); check the network, HF_ENDPOINT or proxy, "
+            "or use --offline with a cached copy",
+            True,
+            True,
+        )
+    return fail(EnvironmentProblem, f"Hub lookup of {at} failed: {type(exc).__name__}: {_line(exc)}", True, True)
+
+
+def hub_error(
+    exc: BaseException,
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    endpoint: str | None = None,
+    timeout: float | None = None,
+    filename: str = CONFIG_NAME,
+) -> KvplanError:
+    """The one-line kvplan error (exit 2) for a huggingface_hub exception."""
+    ctx = _Ctx(repo_id, revision or "main", resolve_endpoint(endpoint), resolve_timeout(timeout), filename)
+    return _explain(exc, ctx).error
+
+
+# ------------------------------------------------------------------------------------------------- configs
+
+
+def _cached_config(repo_id: str, revision: str) -> Path | None:
+    """config.json from the HF cache at that revision (a branch or tag via refs/, or a commit sha)."""
+    hf = _hf()
+    try:
+        hit = hf.try_to_load_from_cache(repo_id, CONFIG_NAME, cache_dir=hub_cache_dir(), revision=revision)
+    except Exception:  # invalid repo id or revision name: not cached
+        return None
+    return Path(hit) if isinstance(hit, str) else None
+
+
+def _from_file(path: Path, requested: str, repo_id: str, revision: str, source: str, notes: tuple[str, ...] = ()) -> ResolvedModel:
+    config = read_config_file(path, f"{repo_id} config.json ({source})")
+    commit = path.parent.name  # snapshots/<commit>/config.json
+    ref = ModelRef(requested, repo_id, source, revision=revision, commit=commit, path=str(path), notes=notes)
+    return ResolvedModel(ref, config)
+
+
+def _download_config(repo_id: str, revision: str, token: str | None, endpoint: str, deadline: float) -> Path:
+    """One short metadata request without retries, so a 5xx, a refusal or a dead network comes back at once and
+    typed; then hf_hub_download into the HF cache (it records refs/<revision> for later offline use)."""
+    import time
+
+    hf = _hf()
+
+    def left() -> float:
+        return max(0.1, deadline - time.monotonic())
+
+    url = hf.hf_hub_url(repo_id, CONFIG_NAME, revision=revision, endpoint=endpoint)
+    hf.get_hf_file_metadata(url, token=token, timeout=left(), endpoint=endpoint)
+    path = hf.hf_hub_download(
+        repo_id,
+        CONFIG_NAME,
+        revision=revision,
+        cache_dir=hub_cache_dir(),
+        token=token,
+        endpoint=endpoint,
+        etag_timeout=left(),
+    )
+    return Path(path)
+
+
+def fetch_config(
+    repo_id: str,
+    *,
+    revision: str | None = None,
+    offline: bool | None = None,
+    refresh: bool = False,
+    token: str | None = None,
+    timeout: float | str | None = None,
+    endpoint: str | None = None,
+    requested: str | None = None,
+    fallback: bool = True,
+) -> ResolvedModel:
+    """A Hub id's config.json: the HF cache (offline, or cached at that revision and not refresh), else the Hub;
+    when the Hub fails, the cache, then a bundled same-architecture config (source "bundled", with a note).
+
+    token=None uses HF_TOKEN or the stored login. fallback=False (pull) raises instead of standing in.
+    """
+    import time
+
+    requested = requested or repo_id
+    rev = revision or "main"
+    ctx = _Ctx(repo_id, rev, resolve_endpoint(endpoint), resolve_timeout(timeout))
+    offline = is_offline(offline)
+
+    if offline or not refresh:
+        cached = _cached_config(repo_id, rev)
+        if cached is not None:
+            return _from_file(cached, requested, repo_id, rev, "cache")
+
+    failure: BaseException
+    if offline:
+        failure = _Offline()
+    else:
+        deadline = time.monotonic() + ctx.timeout
+        try:
+            path = _bounded(lambda: _download_config(repo_id, rev, token, ctx.endpoint, deadline), ctx.timeout)
+        except Exception as e:  # explained below
+            failure = e
+        else:
+            return _from_file(path, requested, repo_id, rev, "hub")
+
+    why = _explain(failure, ctx)
+    if fallback and why.cache_ok:
+        cached = _cached_config(repo_id, rev)
+        if cached is not None:
+            note = f"{why.error}; using the cached config.json at commit {cached.parent.name[:12]}"
+            return _from_file(cached, requested, repo_id, rev, "cache", (note,))
+    if fallback and why.bundled_ok:
+        entry = catalog.lookup_same_architecture(repo_id)
+        if entry is not None:
+            same = "" if entry.repo_id.lower() == repo_id.lower() else " (same architecture)"
+            note = f"{why.error}; using the bundled config of {entry.repo_id}{same}"
+            config = read_config_file(entry.config_path, f"bundled {entry.repo_id}")
+            ref = ModelRef(requested, entry.repo_id, "bundled", path=str(entry.config_path), notes=(note,))
+            return ResolvedModel(ref, config)
+    raise why.error from None
+
+
+# -------------------------------------------------------------------------------------- safetensors weights
+
+# Bits per element as stored; packed formats (int4/mxfp4 blocks in U8/I32) count as stored.
+_DTYPE_BITS = {
+    "F64": 64, "I64": 64, "U64": 64, "C64": 64,
+    "F32": 32, "I32": 32, "U32": 32,
+    "F16": 16, "BF16": 16, "I16": 16, "U16": 16,
+    "F8_E4M3": 8, "F8_E5M2": 8, "F8_E8M0": 8, "F8_E4M3FNUZ": 8, "F8_E5M2FNUZ": 8, "I8": 8, "U8": 8, "BOOL": 8,
+    "F6_E2M3": 6, "F6_E3M2": 6, "F4": 4,
+}  # fmt: skip
+
+_LAYER_INDEX = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+_MTP_NAME = re.compile(r"(?:^|\.)mtp[._]")  # mtp.*, model.mtp_layers.*, mtp_block.* (Qwen3-Next, MiMo, ERNIE)
+
+
+@dataclass(frozen=True)
+class SafetensorsWeights:
+    """Weight bytes as the checkpoint stores them, from the safetensors headers (no tensor data is read)."""
+
+    total_bytes: int  # what the engine loads
+    bytes_by_dtype: dict[str, int]
+    n_tensors: int
+    excluded_bytes: int = 0
+    excluded_reason: str | None = None
+    n_files: int = 1
+    repo_id: str | None = None
+    revision: str | None = None
+    commit: str | None = None
+    source: str = "hub"  # hub | cache | file
+
+
+def _tensor_bytes(dtype: str, shape: list[int], stored: int | None) -> int:
+    bits = _DTYPE_BITS.get(dtype.upper())
+    if bits is None:
+        return int(stored or 0)  # unknown dtype: the byte span the header gives it
+    return (math.prod(shape) * bits + 7) // 8
+
+
+def _mtp_rule(config: dict[str, Any]) -> tuple[Callable[[str], bool], str]:
+    """Tensors of multi-token-prediction layers: layer index >= num_hidden_layers when num_nextn_predict_layers
+    N > 0 (DeepSeek-V3: model.layers.61.*), and mtp.* / *.mtp_layers.* names (loaded only for speculative decoding)."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else {}
+    n_mtp = int(config.get("num_nextn_predict_layers") or text.get("num_nextn_predict_layers") or 0)
+    n_layers = config.get("num_hidden_layers") or text.get("num_hidden_layers")
+
+    def is_mtp(name: str) -> bool:
+        if _MTP_NAME.search(name):
+            return True
+        if n_mtp > 0 and n_layers:
+            m = _LAYER_INDEX.search(name)
+            return bool(m and int(m.group(1)) >= int(n_layers))
+        return False
+
+    if n_mtp > 0 and n_layers:
+        last = int(n_layers) + n_mtp - 1
+        layers = f"layer {n_layers}" if n_mtp == 1 else f"layers {n_layers}-{last}"
+        reason = f"multi-token-prediction {layers} (num_nextn_predict_layers={n_mtp}), loaded only for speculative decoding"
+    else:
+        reason = "multi-token-prediction (mtp) tensors, loaded only for speculative decoding"
+    return is_mtp, reason
+
+
+def weights_from_record(record: dict[str, Any], config: dict[str, Any], *, include_mtp: bool = False, source: str = "cache") -> SafetensorsWeights:
+    """Sum numel x dtype size over a stored header summary (see _record), leaving out MTP unless include_mtp."""
+    is_mtp, reason = _mtp_rule(config)
+    by_dtype: dict[str, int] = {}
+    total = excluded = n = 0
+    for file in (record.get("files") or {}).values():
+        for name, (dtype, shape, stored) in (file.get("tensors") or {}).items():
+            nbytes = _tensor_bytes(dtype, shape, stored)
+            if not include_mtp and is_mtp(name):
+                excluded += nbytes
+                continue
+            by_dtype[dtype] = by_dtype.get(dtype, 0) + nbytes
+            total += nbytes
+            n += 1
+    return SafetensorsWeights(
+        total_bytes=total,
+        bytes_by_dtype=dict(sorted(by_dtype.items())),
+        n_tensors=n,
+        excluded_bytes=excluded,
+        excluded_reason=reason if excluded else None,
+        n_files=len(record.get("files") or {}),
+        repo_id=record.get("repo"),
+        revision=record.get("revision"),
+        commit=record.get("commit"),
+        source=source,
+    )
+
+
+def load_weights_file(path: str | Path, config: dict[str, Any], *, include_mtp: bool = False) -> SafetensorsWeights:
+    """A stored header summary ($HF_HOME/kvplan/... or DIR/<org>--<name>/safetensors.json from `pull --to`)."""
+    try:
+        record = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise WeightsUnavailable(f"cannot read safetensors metadata {path}: {_line(e)}") from None
+    if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
+        raise WeightsUnavailable(f"{path} is not a kvplan safetensors summary ({RECORD_FORMAT})")
+    return weights_from_record(record, config, include_mtp=include_mtp, source="file")
+
+
+def _record(sharded: bool, index_metadata: Any, files: dict[str, Any], repo_id: str, revision: str, commit: str | None) -> dict[str, Any]:
+    """huggingface_hub's SafetensorsFileMetadata per file -> a small JSON record: per tensor [dtype, shape, stored
+    bytes], with the repo, revision, commit and date it was read at."""
+    return {
+        "format": RECORD_FORMAT,
+        "repo": repo_id,
+        "revision": revision,
+        "commit": commit,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "sharded": sharded,
+        "index_metadata": index_metadata,
+        "files": {
+            fname: {
+                "metadata": fm.metadata or {},
+                "tensors": {
+                    name: [t.dtype, list(t.shape), int(t.data_offsets[1]) - int(t.data_offsets[0])]
+                    for name, t in fm.tensors.items()
+                },
+            }
+            for fname, fm in sorted(files.items())
+        },
+    }
+
+
+def _store_folder(repo_id: str) -> Path:
+    return kvplan_store_dir() / repo_id.replace("/", "--")
+
+
+def _stored_record(repo_id: str, commit: str | None, revision: str) -> dict[str, Any] | None:
+    """What pull stored: <commit>.json when the commit is known, else the newest record for that revision."""
+    folder = _store_folder(repo_id)
+    candidates = [folder / f"{commit}.json"] if commit else sorted(folder.glob("*.json"))
+    best: dict[str, Any] | None = None
+    for path in candidates:
+        try:
+            rec = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
+            continue
+        if commit or rec.get("revision") == revision or rec.get("commit") == revision:
+            if best is None or str(rec.get("date", "")) > str(best.get("date", "")):
+                best = rec
+    return best
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, separators=(",", ":")), encoding="utf-8")
+    tmp.replace(path)
+
+
+def _cached_commit(repo_id: str, revision: str) -> str | None:
+    hit = _cached_config(repo_id, revision)
+    return hit.parent.name if hit is not None else None
+
+
+def _map_bounded(fn: Callable[[str], T], items: list[str], deadline: float, workers: int = 16) -> dict[str, T]:
+    """fn over items on daemon threads that stop taking work at the deadline or the first error.
+
+    (get_safetensors_metadata reads shards on a ThreadPoolExecutor: its threads are joined at interpreter exit and
+    keep draining the queue, so a hanging mirror would hold the process for shards/workers x timeout.)
+    """
+    import time
+
+    results: dict[str, T] = {}
+    errors: list[BaseException] = []
+    queue = iter(items)
+    lock = threading.Lock()
+
+    def work() -> None:
+        while time.monotonic() < deadline and not errors:
+            with lock:
+                item = next(queue, None)
+            if item is None:
+                return
+            try:
+                value = fn(item)
+            except BaseException as e:
+                errors.append(e)
+                return
+            with lock:
+                results[item] = value
+
+    threads = [threading.Thread(target=work, name="kvplan-hub", daemon=True) for _ in range(min(workers, len(items)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    if errors:
+        raise errors[0]
+    if len(results) < len(items):
+        raise _Deadline()
+    return results
+
+
+def _fetch_record(repo_id: str, ctx: _Ctx, commit: str | None, token: str | None) -> dict[str, Any]:
+    """The safetensors headers of a single-file or sharded checkpoint, as get_safetensors_metadata reads them
+    (HEAD model.safetensors, else the index, then a 100 kB range read per file), under one deadline."""
+    import time
+
+    hf = _hf()
+    from huggingface_hub import constants
+    from huggingface_hub import errors as E
+
+    remote_entry = getattr(E, "RemoteEntryNotFoundError", E.EntryNotFoundError)
+    api = hf.HfApi(endpoint=ctx.endpoint)
+    rev = commit or ctx.revision
+    deadline = time.monotonic() + ctx.timeout
+
+    def left() -> float:
+        return max(0.1, deadline - time.monotonic())
+
+    def exists(name: str) -> bool:
+        url = hf.hf_hub_url(repo_id, name, revision=rev, endpoint=ctx.endpoint)
+        try:
+            hf.get_hf_file_metadata(url, token=token, timeout=left(), endpoint=ctx.endpoint)
+        except remote_entry:
+            return False
+        return True
+
+    def header(name: str) -> Any:
+        return api.parse_safetensors_file_metadata(repo_id, name, revision=rev, token=token, timeout=left())
+
+    def fetch() -> tuple[bool, Any, dict[str, Any]]:
+        single, index_name = constants.SAFETENSORS_SINGLE_FILE, constants.SAFETENSORS_INDEX_FILE
+        if exists(single):
+            return False, None, {single: header(single)}
+        if not exists(index_name):
+            raise E.NotASafetensorsRepoError(f"{repo_id} has neither {single} nor {index_name}")
+        path = hf.hf_hub_download(
+            repo_id, index_name, revision=rev, cache_dir=hub_cache_dir(), token=token, endpoint=ctx.endpoint,
+            etag_timeout=left(),
+        )  # fmt: skip
+        index = json.loads(Path(path).read_text(encoding="utf-8"))
+        shards = sorted(set((index.get("weight_map") or {}).values()))
+        return True, index.get("metadata"), _map_bounded(header, shards, deadline)
+
+    sharded, index_metadata, files = _bounded(fetch, ctx.timeout)
+    return _record(sharded, index_metadata, files, repo_id, ctx.revision, commit)
+
+
+def safetensors_weights(
+    repo_id: str,
+    config: dict[str, Any],
+    *,
+    revision: str | None = None,
+    commit: str | None = None,
+    token: str | None = None,
+    timeout: float | str | None = None,
+    endpoint: str | None = None,
+    offline: bool | None = None,
+    include_mtp: bool = False,
+) -> SafetensorsWeights:
+    """Weight bytes from the safetensors headers (single file or sharded index), via HTTP range reads.
+
+    Pass the commit fetch_config reported so weights and config match; the summary is then stored under
+    $HF_HOME/kvplan/ and later lookups (and --offline) read it. Raises WeightsUnavailable with one line.
+    """
+    rev = revision or "main"
+    ctx = _Ctx(repo_id, rev, resolve_endpoint(endpoint), resolve_timeout(timeout), "model.safetensors")
+    commit = commit or _cached_commit(repo_id, rev)
+    stored = _stored_record(repo_id, commit, rev)
+    if stored is not None:
+        return weights_from_record(stored, config, include_mtp=include_mtp, source="cache")
+    if is_offline(offline):
+        raise WeightsUnavailable(
+            f"offline and no safetensors metadata stored for {repo_id}@{rev}; run `kvplan pull {repo_id}` while online"
+        )
+    try:
+        record = _fetch_record(repo_id, ctx, commit, token)
+    except Exception as e:
+        raise WeightsUnavailable(str(_explain(e, ctx).error)) from None
+    if commit:
+        try:
+            _write_json(_store_folder(repo_id) / f"{commit}.json", record)
+        except OSError:
+            pass  # a read-only HF_HOME only costs the next lookup a request
+    return weights_from_record(record, config, include_mtp=include_mtp, source="hub")
+
+
+# ------------------------------------------------------------------------------------------------------ pull
+
+
+@dataclass(frozen=True)
+class Pulled:
+    requested: str
+    repo_id: str
+    revision: str
+    commit: str | None
+    config_path: str
+    weights_path: str | None  # the stored safetensors summary, None when the repo has no safetensors
+    weight_bytes: int | None
+    note: str | None = None
+
+
+def _pull_target(ref: str) -> tuple[str, str | None]:
+    """An alias or a Hub id -> (repo id, alias or None)."""
+    entry = catalog.lookup(ref)
+    if entry is not None:
+        return entry.repo_id, (None if ref.lower() == entry.repo_id.lower() else ref)
+    if looks_like_hub_id(ref):
+        return ref, None
+    raise ModelNotFoundError(f"cannot pull {ref!r}: give a Hub id org/name or an alias (`kvplan models`)")
+
+
+def _update_aliases(folder: Path, repo_id: str, alias: str | None, revision: str, commit: str | None) -> None:
+    """DIR/aliases.yaml in the model_configs/aliases.yaml layout (models: {repo_id: {dir, aliases, ...}})."""
+    import yaml
+
+    path = folder / "aliases.yaml"
+    data: dict[str, Any] = {}
+    if path.is_file():
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{path} is not valid YAML: {_line(e)}") from None
+    models = data.setdefault("models", {}) or {}
+    data["models"] = models
+    entry = models.setdefault(repo_id, {})
+    entry["dir"] = repo_id.replace("/", "--")
+    aliases = list(entry.get("aliases") or [])
+    if alias and alias not in aliases:
+        aliases.append(alias)
+    entry["aliases"] = aliases
+    entry["revision"] = revision
+    entry["commit"] = commit
+    header = "# Written by `kvplan pull --to`: the model_configs/aliases.yaml layout (pass this folder as a catalog).\n"
+    path.write_text(header + yaml.safe_dump(data, sort_keys=True), encoding="utf-8")
+
+
+def pull(
+    refs: Iterable[str],
+    *,
+    to: str | Path | None = None,
+    revision: str | None = None,
+    token: str | None = None,
+    timeout: float | str | None = None,
+    endpoint: str | None = None,
+) -> list[Pulled]:
+    """Store configs (HF cache) and safetensors header summaries ($HF_HOME/kvplan/<org>--<name>/<commit>.json) so
+    later runs work offline; with `to`, also DIR/<org>--<name>/{config.json,safetensors.json} + DIR/aliases.yaml."""
+    if is_offline(None):
+        raise InputError("kvplan pull needs the Hub, but HF_HUB_OFFLINE is set")
+    out: list[Pulled] = []
+    for ref in refs:
+        repo_id, alias = _pull_target(ref.strip())
+        rev = revision or "main"
+        resolved = fetch_config(
+            repo_id, revision=rev, refresh=True, offline=False, token=token, timeout=timeout,
+            endpoint=endpoint, requested=ref, fallback=False,
+        )  # fmt: skip
+        commit = resolved.ref.commit
+        ctx = _Ctx(repo_id, rev, resolve_endpoint(endpoint), resolve_timeout(timeout), "model.safetensors")
+        note = None
+        record: dict[str, Any] | None = None
+        weights_path: Path | None = None
+        try:
+            record = _fetch_record(repo_id, ctx, commit, token)
+        except Exception as e:
+            err = _explain(e, ctx).error
+            if not isinstance(err, WeightsUnavailable):
+                raise err from None
+            note = f"{err}; stored the config only"
+        if record is not None:
+            weights_path = _store_folder(repo_id) / f"{commit or rev}.json"
+            _write_json(weights_path, record)
+        config_path = Path(resolved.ref.path or "")
+        if to is not None:
+            folder = Path(to).expanduser()
+            model_dir = folder / repo_id.replace("/", "--")
+            model_dir.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(config_path, model_dir / CONFIG_NAME)
+            config_path = model_dir / CONFIG_NAME
+            if record is not None:
+                weights_path = model_dir / WEIGHTS_FILE
+                _write_json(weights_path, record)
+            _update_aliases(folder, repo_id, alias, rev, commit)
+        weight_bytes = None
+        if record is not None:
+            weight_bytes = weights_from_record(record, resolved.config).total_bytes
+        out.append(Pulled(ref, repo_id, rev, commit, str(config_path), str(weights_path) if weights_path else None, weight_bytes, note))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------------- search
+
+
+@dataclass(frozen=True)
+class ModelHit:
+    repo_id: str
+    aliases: tuple[str, ...] = ()
+    source: str = "catalog"  # catalog | hub
+    downloads: int | None = None
+    gated: bool | str | None = None
+    match: str = "substring"  # substring | close | hub
+
+
+def search_models(
+    text: str,
+    *,
+    hub: bool = False,
+    limit: int = 20,
+    token: str | None = None,
+    timeout: float | str | None = None,
+    endpoint: str | None = None,
+) -> list[ModelHit]:
+    """The bundled catalog (aliases and ids containing the text, else close matches), or with hub=True the Hub's
+    model list (HfApi.list_models(search=...)), bounded like every lookup."""
+    needle = text.strip().lower()
+    if not hub:
+        hits: list[ModelHit] = []
+        close: list[ModelHit] = []
+        for m in sorted(catalog.bundled_models(), key=lambda m: m.repo_id.lower()):
+            names = [m.repo_id.lower(), *(a.lower() for a in m.aliases)]
+            if any(needle in n for n in names):
+                hits.append(ModelHit(m.repo_id, m.aliases))
+            elif needle and difflib.get_close_matches(needle, names, n=1, cutoff=0.6):
+                close.append(ModelHit(m.repo_id, m.aliases, match="close"))
+        found = hits or close  # close matches only when nothing contains the text
+        return found[:limit] if limit else found
+    if is_offline(None):
+        raise InputError("--hub search needs the Hub, but HF_HUB_OFFLINE is set; drop --hub to search the catalog")
+    ctx = _Ctx(text, "main", resolve_endpoint(endpoint), resolve_timeout(timeout))
+    hf = _hf()
+    api = hf.HfApi(endpoint=ctx.endpoint)
+    try:
+        found = _bounded(lambda: list(api.list_models(search=text, limit=limit, token=token)), ctx.timeout)
+    except Exception as e:
+        raise _explain(e, ctx).error from None
+    return [ModelHit(m.id, source="hub", downloads=m.downloads, gated=m.gated, match="hub") for m in found]
+
+
+__all__ = [
+    "ModelHit",
+    "Pulled",
+    "SafetensorsWeights",
+    "WeightsUnavailable",
+    "fetch_config",
+    "hub_cache_dir",
+    "hub_error",
+    "is_offline",
+    "kvplan_store_dir",
+    "load_weights_file",
+    "pull",
+    "resolve_endpoint",
+    "resolve_timeout",
+    "safetensors_weights",
+    "search_models",
+    "weights_from_record",
+]
+

@@ -1,0 +1,114 @@
+"""Everything that formats for people: rich tables, panels and charts, printed once through one console.
+`--json` output bypasses this module entirely (cli.py dumps the result's to_json())."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from kvplan.units import fmt_bytes, fmt_int
+
+KIND_LABELS = {
+    "full": "full attention",
+    "sliding": "sliding window",
+    "chunked": "chunked local",
+    "mla": "latent (MLA)",
+    "linear_state": "linear-attention state",
+    "mamba_state": "Mamba state",
+    "cross": "cross attention",
+    "shared": "KV shared",
+    "none": "no cache",
+}
+
+
+def console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+
+
+def bytes_cell(n: int | None) -> str:
+    return "-" if n is None else f"{fmt_int(n)} B ({fmt_bytes(n)})"
+
+
+def _notes(title: str, lines: Iterable[str], style: str) -> Text | None:
+    lines = list(lines)
+    if not lines:
+        return None
+    t = Text()
+    t.append(f"{title}\n", style=f"bold {style}")
+    for line in lines:
+        t.append(f"  • {line}\n", style=style)
+    return t
+
+
+def size_view(r: Any) -> Group:
+    """The result of `kvplan size` (a SizeResult)."""
+    s, p = r.setup, r.plan
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    ref = s.ref
+    src = ref.source + (f" ({ref.path})" if ref.source in ("file",) and ref.path else "")
+    head.add_row("model", f"{ref.id or ref.requested}  [dim]{src}{' @ ' + ref.commit[:12] if ref.commit else ''}[/dim]")
+    head.add_row("architecture", f"{s.spec.architecture} ({s.spec.family})")
+    head.add_row("engine", p.engine + (f"   tp {s.tp} x pp {s.pp}" if s.tp > 1 or s.pp > 1 else ""))
+    head.add_row("request", f"batch {fmt_int(r.batch)} x ctx {fmt_int(r.ctx)} tokens"
+                 + (f"  [dim](model max {fmt_int(s.max_ctx)})[/dim]" if s.max_ctx else ""))
+    head.add_row("KV dtype", f"{s.kvd.label} [dim]({s.kvd.source})[/dim]")
+
+    groups = Table(title="KV cache by layer group" + (" (limiting GPU)" if s.tp > 1 or s.pp > 1 else ""),
+                   title_justify="left", show_lines=False)
+    for col, just in (("kind", "left"), ("layers", "right"), ("KV heads", "right"), ("head dim", "right"),
+                      ("window", "right"), ("tokens/seq", "right"), ("dtype", "left"), ("bytes", "right")):
+        groups.add_column(col, justify=just)
+    for g in p.groups:
+        dims = "-" if g.head_dim_k is None else (str(g.head_dim_k) if g.head_dim_k == g.head_dim_v or not g.head_dim_v
+                                                 else f"{g.head_dim_k}/{g.head_dim_v}")
+        groups.add_row(KIND_LABELS.get(g.kind, g.kind), str(len(g.layer_ids)), fmt_int(g.kv_heads) if g.kv_heads else "-",
+                       dims, fmt_int(g.window) if g.window else "-", fmt_int(g.tokens) if g.tokens else "-", g.dtype,
+                       fmt_bytes(g.bytes))
+
+    totals = Table.grid(padding=(0, 2))
+    totals.add_column(style="bold")
+    totals.add_column(justify="right")
+    totals.add_row("KV cache", bytes_cell(p.kv_bytes))
+    totals.add_row("KV per token", bytes_cell(p.kv_bytes_per_token) + "  [dim](one more token of one sequence)[/dim]")
+    params = fmt_int(s.spec.params)
+    extra = [f"{k} {fmt_int(s.spec.params_of(k))}" for k in ("vision", "encoder") if s.spec.params_of(k)]
+    totals.add_row("parameters", params + (f"  [dim]({', '.join(extra)})[/dim]" if extra else ""))
+    totals.add_row("weights", bytes_cell(r.weight_bytes) + f"  [dim]{s.weight_format.name}[/dim]")
+    totals.add_row("total", bytes_cell(r.total_bytes))
+    if s.tp > 1 or s.pp > 1:
+        totals.add_row("KV, all GPUs", bytes_cell(p.kv_bytes_all_gpus))
+
+    parts: list[Any] = [Panel(head, title="kvplan size", title_align="left"), groups, totals]
+    for block in (_notes("warnings", r.warnings, "yellow"), _notes("assumptions", r.assumptions, "dim")):
+        if block is not None:
+            parts.append(block)
+    return Group(*parts)
+
+
+def models_view(rows: list[tuple[str, str, str]]) -> Table:
+    t = Table(title="bundled catalog (model_configs/)", title_justify="left")
+    t.add_column("alias")
+    t.add_column("Hub id")
+    t.add_column("note", style="dim")
+    for alias, repo, note in rows:
+        t.add_row(alias, repo, note)
+    return t
+
+
+def gpus_view(rows: list[dict[str, Any]]) -> Table:
+    t = Table(title="GPU catalog", title_justify="left")
+    for col, just in (("name", "left"), ("aliases", "left"), ("nvidia-smi total", "right"), ("CUDA total", "right"),
+                      ("bandwidth", "right")):
+        t.add_column(col, justify=just)
+    for r in rows:
+        cuda = fmt_bytes(r["cuda_total_bytes"]) + (" (est.)" if r.get("estimated") else "")
+        nvml = fmt_bytes(r["nvml_bytes"]) if r.get("nvml_bytes") else "-"
+        bw = f"{r['bandwidth_gbps']:,} GB/s" if r.get("bandwidth_gbps") else "-"
+        t.add_row(r["name"], ", ".join(r.get("aliases") or [])[:60], nvml, cuda, bw)
+    return t

@@ -1,0 +1,118 @@
+"""Model reference -> raw config.json with provenance (a local path, an alias or bundled Hub id, or the Hub)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kvplan import catalog
+from kvplan.errors import ConfigError, ModelNotFoundError
+
+
+@dataclass(frozen=True)
+class ModelRef:
+    """Where a config came from: the `model` object of every JSON output (CONTRACTS.md)."""
+
+    requested: str
+    id: str | None
+    source: str  # file | bundled | cache | hub
+    revision: str | None = None
+    commit: str | None = None
+    path: str | None = None
+    notes: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "requested": self.requested,
+            "id": self.id,
+            "source": self.source,
+            "revision": self.revision,
+            "commit": self.commit,
+        }
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    ref: ModelRef
+    config: dict[str, Any]
+    extras: dict[str, Any] = field(default_factory=dict)  # e.g. safetensors metadata, GGUF header
+
+
+def read_config_file(path: Path, shown: str | None = None) -> dict[str, Any]:
+    """Read a config.json; one clear line for unreadable or malformed files."""
+    shown = shown or str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read {shown}: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{shown} is not a UTF-8 text file; expected a config.json") from None
+    try:
+        data = json.loads(text)  # accepts Infinity/NaN, which real configs (Nemotron-H) contain
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{shown} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{shown} must hold a JSON object (a config.json), found {type(data).__name__}")
+    return data
+
+
+def looks_like_hub_id(ref: str) -> bool:
+    parts = ref.split("/")
+    return len(parts) == 2 and all(parts) and not ref.startswith((".", "/", "~"))
+
+
+def resolve_local(ref: str) -> ResolvedModel | None:
+    path = Path(ref).expanduser()
+    if not path.exists():
+        return None
+    if path.is_dir():
+        cfg = path / "config.json"
+        if not cfg.is_file():
+            raise ConfigError(f"{ref} is a directory without a config.json")
+        path = cfg
+    config = read_config_file(path, ref)
+    return ResolvedModel(ModelRef(requested=ref, id=config.get("_name_or_path") or None, source="file", path=str(path)), config)
+
+
+def resolve_bundled(ref: str) -> ResolvedModel | None:
+    entry = catalog.lookup(ref)
+    if entry is None:
+        return None
+    notes = (entry.note,) if entry.note and ref.lower() != entry.repo_id.lower() else ()
+    config = read_config_file(entry.config_path, f"bundled {entry.repo_id}")
+    return ResolvedModel(
+        ModelRef(requested=ref, id=entry.repo_id, source="bundled", path=str(entry.config_path), notes=notes), config
+    )
+
+
+def resolve(ref: str, **hub_options: Any) -> ResolvedModel:
+    """Resolve a model reference. Order: local path, alias / bundled Hub id, then the Hub (see hub.py)."""
+    ref = ref.strip()
+    if not ref:
+        raise ModelNotFoundError("no model given; pass an alias (kvplan models), a Hub id org/name or a path")
+    wants_hub = any(hub_options.get(k) for k in ("revision", "refresh", "hub"))
+    local = resolve_local(ref)
+    if local is not None:
+        return local
+    if not wants_hub:
+        bundled = resolve_bundled(ref)
+        if bundled is not None:
+            return bundled
+    if looks_like_hub_id(ref):
+        return _resolve_hub(ref, **hub_options)
+    close = catalog.suggest(ref)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    raise ModelNotFoundError(
+        f"unknown model {ref!r}: not a file, not an alias and not a Hub id (org/name){hint} "
+        "(`kvplan models` lists the aliases)"
+    )
+
+
+def _resolve_hub(ref: str, **hub_options: Any) -> ResolvedModel:
+    """A Hub id: the HF cache or the Hub, falling back as hub.fetch_config explains (huggingface_hub loads lazily)."""
+    from kvplan import hub
+
+    known = ("revision", "offline", "refresh", "token", "timeout", "endpoint", "requested")
+    return hub.fetch_config(ref, **{k: hub_options[k] for k in known if hub_options.get(k) is not None})

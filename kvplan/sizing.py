@@ -1,0 +1,186 @@
+"""`kvplan size`: model reference -> ModelSpec -> engine layout -> CachePlan + weights, as one result object.
+
+The same `Setup` (model, engine, dtypes, prepared layout, weights) is what `fit` and `verify` start from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvplan import JSON_SCHEMA, engines, weights
+from kvplan.architectures import normalize
+from kvplan.engines import Engine
+from kvplan.engines.base import CachePlan, KVDtypes
+from kvplan.errors import InputError
+from kvplan.resolve import ModelRef, ResolvedModel, resolve
+from kvplan.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """How to find the model and read its config."""
+
+    model: str
+    revision: str | None = None
+    offline: bool | None = None
+    refresh: bool = False
+    hub: bool = False
+    token: str | None = None
+    timeout: float | None = None
+    encoder_len: int | None = None
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    """Engine, dtypes, parallelism and engine knobs (None = the engine's default)."""
+
+    engine: str | None = None
+    kv_dtype: str | None = None
+    k_dtype: str | None = None
+    v_dtype: str | None = None
+    state_dtype: str | None = None
+    weight_dtype: str | None = None
+    tp: int = 1
+    pp: int = 1
+    knobs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Setup:
+    """Everything fixed before choosing ctx and batch."""
+
+    resolved: ResolvedModel
+    spec: ModelSpec
+    engine: Engine
+    kvd: KVDtypes
+    prepared: Any
+    tp: int
+    pp: int
+    weight_format: weights.WeightFormat
+    float_dtype: str
+    max_ctx: int | None
+    max_ctx_source: str
+    include_mtp: bool = False
+
+    @property
+    def ref(self) -> ModelRef:
+        return self.resolved.ref
+
+    def weight_bytes(self, stage: int) -> int:
+        return weights.per_gpu_bytes(self.spec, self.weight_format, self.float_dtype, self.tp, self.pp, stage,
+                                     include_mtp=self.include_mtp)
+
+    def weight_bytes_all_gpus(self) -> int:
+        return sum(self.weight_bytes(s) for s in range(self.pp)) * self.tp if self.tp > 1 or self.pp > 1 else \
+            weights.total_bytes(self.spec, self.weight_format, self.float_dtype, include_mtp=self.include_mtp)
+
+    def weight_bytes_checkpoint(self) -> int:
+        return weights.total_bytes(self.spec, self.weight_format, self.float_dtype, include_mtp=self.include_mtp)
+
+
+def load_spec(mo: ModelOptions) -> tuple[ResolvedModel, ModelSpec]:
+    resolved = resolve(mo.model, revision=mo.revision, offline=mo.offline, refresh=mo.refresh, hub=mo.hub,
+                       token=mo.token, timeout=mo.timeout)
+    return resolved, normalize(resolved.config, encoder_len=mo.encoder_len)
+
+
+def float_dtype_for(engine: Engine, spec: ModelSpec) -> str:
+    """The dtype an engine loads unquantized weights in: hf the config's (bf16 assumed when unnamed); the
+    serving engines the model dtype, with fp32 or unnamed served as bf16."""
+    if engine.name == "hf":
+        return spec.dtype or "bf16"
+    return spec.dtype if spec.dtype in ("fp16", "bf16") else "bf16"
+
+
+def setup(mo: ModelOptions, eo: EngineOptions, *, gpu: dict[str, Any] | None = None,
+          loaded: tuple[ResolvedModel, ModelSpec] | None = None) -> Setup:
+    resolved, spec = loaded or load_spec(mo)
+    engine = engines.choose(eo.engine)
+    kvd = engines.kv_dtypes(engine, spec, eo.kv_dtype, eo.k_dtype, eo.v_dtype, eo.state_dtype)
+    prepared = engines.prepare(engine, spec, eo.tp, eo.pp, kvd, {k: v for k, v in eo.knobs.items() if v is not None},
+                               **(gpu or {}))
+    fdt = float_dtype_for(engine, spec)
+    fmt = weights.weight_format(spec, eo.weight_dtype, fdt)
+    max_ctx, src = engines.model_max_ctx(engine, spec)
+    return Setup(resolved, spec, engine, kvd, prepared, eo.tp, eo.pp, fmt, fdt, max_ctx, src)
+
+
+@dataclass(frozen=True)
+class SizeResult:
+    setup: Setup
+    plan: CachePlan
+    ctx: int
+    batch: int
+    weight_bytes: int
+    warnings: tuple[str, ...]
+    assumptions: tuple[str, ...]
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weight_bytes + self.plan.kv_bytes
+
+    def to_json(self) -> dict[str, Any]:
+        s, p = self.setup, self.plan
+        weight_all = s.weight_bytes_all_gpus()
+        out: dict[str, Any] = {
+            "schema": JSON_SCHEMA,
+            "model": s.ref.to_json(),
+            "engine": p.engine,
+            "tp": s.tp,
+            "pp": s.pp,
+            "ctx": self.ctx,
+            "batch": self.batch,
+            "kv_dtype": s.kvd.label,
+            "kv_dtype_source": s.kvd.source,
+        }
+        if s.kvd.k != s.kvd.v:
+            out["k_dtype"], out["v_dtype"] = s.kvd.k.name, s.kvd.v.name
+        out.update({
+            "model_max_ctx": s.max_ctx,
+            "model_max_ctx_source": s.max_ctx_source,
+            "kv_bytes": p.kv_bytes,
+            "kv_bytes_all_gpus": p.kv_bytes_all_gpus,
+            "kv_bytes_per_token": p.kv_bytes_per_token,
+            **weights.params_breakdown(s.spec),
+            "weight_bytes": self.weight_bytes,
+            "weight_bytes_all_gpus": weight_all,
+            "weight_source": "config",
+            "weight_dtype": s.weight_format.name,
+            "total_bytes": self.total_bytes,
+            "total_bytes_all_gpus": weight_all + p.kv_bytes_all_gpus,
+            "assumptions": list(self.assumptions),
+            "warnings": list(self.warnings),
+            "groups": [g.to_json() for g in p.groups],
+            "engine_details": p.details,
+            "architecture": s.spec.architecture,
+            "family": s.spec.family,
+        })
+        return out
+
+
+def size(mo: ModelOptions, eo: EngineOptions, ctx: int | None, batch: int = 1,
+         loaded: tuple[ResolvedModel, ModelSpec] | None = None) -> SizeResult:
+    s = setup(mo, eo, loaded=loaded)
+    warnings: list[str] = list(s.ref.notes)
+    assumptions: list[str] = []
+    if ctx is None:
+        if s.max_ctx is None:
+            raise InputError(f"{s.ref.requested} has no maximum context in its config; pass --ctx")
+        ctx = s.max_ctx
+        assumptions.append(f"ctx = the model maximum {ctx:,} ({s.max_ctx_source}); --ctx changes it")
+    elif s.max_ctx is not None and ctx > s.max_ctx:
+        warnings.append(f"ctx {ctx:,} exceeds the model maximum {s.max_ctx:,} ({s.max_ctx_source}); computed anyway")
+    if batch < 1:
+        raise InputError("--batch must be a positive integer")
+    plan = s.prepared.plan(ctx, batch)
+    assumptions.append(f"KV dtype {s.kvd.label} ({s.kvd.source})")
+    assumptions.append(f"weights: {s.weight_format.description}")
+    if s.spec.mtp_layers:
+        assumptions.append(f"{s.spec.mtp_layers} multi-token-prediction layer(s) excluded (no speculative decoding)")
+    if s.tp > 1 or s.pp > 1:
+        assumptions.append(f"per-GPU figures for the limiting GPU (pipeline stage {plan.limiting_stage}); "
+                           "sharded weights split evenly over tp")
+    assumptions.extend(plan.assumptions)
+    assumptions.extend(s.spec.notes)
+    return SizeResult(s, plan, ctx, batch, s.weight_bytes(plan.limiting_stage), tuple(warnings), tuple(assumptions))

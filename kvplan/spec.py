@@ -1,0 +1,257 @@
+"""ModelSpec: a normalized, immutable description of a model, built from a raw config.json.
+
+Each layer's cache is one small frozen dataclass that knows its own geometry (the habit of vLLM's
+kv_cache_interface.py): engines lay these out, they never re-read the config. Identical layer caches merge
+into one group. Weights are listed as components (what weight counting and TP splitting need).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+
+# ---------------------------------------------------------------------------------------------- caches
+@dataclass(frozen=True)
+class LayerCache:
+    kind: ClassVar[str] = "none"
+
+    @property
+    def grows_with_context(self) -> bool:
+        return False
+
+    def describe(self) -> str:
+        return "no cache"
+
+
+@dataclass(frozen=True)
+class NoCache(LayerCache):
+    """A layer that keeps nothing (an MLP-only block, a no-op attention)."""
+
+    kind: ClassVar[str] = "none"
+
+
+@dataclass(frozen=True)
+class FullAttention(LayerCache):
+    kind: ClassVar[str] = "full"
+    kv_heads: int
+    head_dim_k: int
+    head_dim_v: int
+
+    @property
+    def grows_with_context(self) -> bool:
+        return True
+
+    def describe(self) -> str:
+        return f"full attention, {self.kv_heads} KV heads x {_dims(self)}"
+
+
+@dataclass(frozen=True)
+class SlidingWindow(FullAttention):
+    kind: ClassVar[str] = "sliding"
+    window: int = 0
+
+    def describe(self) -> str:
+        return f"sliding window {self.window:,}, {self.kv_heads} KV heads x {_dims(self)}"
+
+
+@dataclass(frozen=True)
+class ChunkedLocal(FullAttention):
+    """Llama-4 style: attention restricted to fixed chunks of `chunk` tokens."""
+
+    kind: ClassVar[str] = "chunked"
+    chunk: int = 0
+
+    def describe(self) -> str:
+        return f"chunked local attention, chunk {self.chunk:,}, {self.kv_heads} KV heads x {_dims(self)}"
+
+
+@dataclass(frozen=True)
+class LatentAttention(LayerCache):
+    """DeepSeek MLA: the cache is the compressed latent (kv_lora_rank) plus the shared RoPE key (rope_dim).
+
+    The head counts and dims are kept for engines that store decompressed K/V instead (transformers <= 5.14).
+    """
+
+    kind: ClassVar[str] = "mla"
+    kv_lora_rank: int
+    rope_dim: int
+    num_heads: int
+    qk_nope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def latent_dim(self) -> int:
+        return self.kv_lora_rank + self.rope_dim
+
+    @property
+    def grows_with_context(self) -> bool:
+        return True
+
+    def describe(self) -> str:
+        return f"latent attention (MLA), latent {self.kv_lora_rank} + rope {self.rope_dim}"
+
+
+@dataclass(frozen=True)
+class CrossAttention(FullAttention):
+    """Decoder cross-attention over the encoder output: fixed length `encoder_len` per sequence."""
+
+    kind: ClassVar[str] = "cross"
+    encoder_len: int = 0
+
+    @property
+    def grows_with_context(self) -> bool:
+        return False
+
+    def describe(self) -> str:
+        return f"cross attention over {self.encoder_len:,} encoder positions, {self.kv_heads} KV heads x {_dims(self)}"
+
+
+@dataclass(frozen=True)
+class MambaState(LayerCache):
+    """Mamba-1/2 recurrent state: a conv window over `conv_dim` channels and the SSM state.
+
+    ssm_shape is (intermediate, state) for Mamba-1 and (heads, head_dim, state) for Mamba-2.
+    `conv_dim` and the first ssm axis split across tensor-parallel ranks.
+    """
+
+    kind: ClassVar[str] = "mamba_state"
+    conv_dim: int
+    conv_kernel: int
+    ssm_shape: tuple[int, ...]
+
+    def describe(self) -> str:
+        return f"Mamba state: conv {self.conv_dim} x {self.conv_kernel}, SSM {'x'.join(map(str, self.ssm_shape))}"
+
+
+@dataclass(frozen=True)
+class LinearAttentionState(LayerCache):
+    """Gated DeltaNet (Qwen3-Next) state: a conv window over `conv_dim` channels and a recurrent matrix per head."""
+
+    kind: ClassVar[str] = "linear_state"
+    conv_dim: int
+    conv_kernel: int
+    num_v_heads: int
+    key_head_dim: int
+    value_head_dim: int
+
+    @property
+    def ssm_shape(self) -> tuple[int, ...]:
+        return (self.num_v_heads, self.key_head_dim, self.value_head_dim)
+
+    def describe(self) -> str:
+        return (
+            f"linear-attention state: conv {self.conv_dim} x {self.conv_kernel}, "
+            f"recurrent {self.num_v_heads} x {self.key_head_dim} x {self.value_head_dim}"
+        )
+
+
+@dataclass(frozen=True)
+class SharedKV(LayerCache):
+    """Reuses the cache of an earlier layer (Gemma-3n num_kv_shared_layers): no bytes of its own."""
+
+    kind: ClassVar[str] = "shared"
+    target: int
+
+    def describe(self) -> str:
+        return f"KV shared with layer {self.target}"
+
+
+def _dims(c: FullAttention) -> str:
+    return str(c.head_dim_k) if c.head_dim_k == c.head_dim_v else f"{c.head_dim_k}/{c.head_dim_v}"
+
+
+# ---------------------------------------------------------------------------------------------- weights
+@dataclass(frozen=True)
+class WeightPart:
+    """A set of identical parameter tensors.
+
+    role:  embedding | lm_head | linear | expert | norm | bias | other   (what quantization applies to)
+    part:  text | vision | encoder | mtp                                    (CONTRACTS.md breakdown)
+    split: how tensor parallelism divides it: vocab | column | row | expert | replicated
+    layer: decoder layer index (None for embeddings/final norm/lm_head and non-decoder parts)
+    shape: shape of ONE tensor; `count` identical tensors (e.g. experts)
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    role: str
+    part: str = "text"
+    split: str = "replicated"
+    layer: int | None = None
+    count: int = 1
+
+    @property
+    def params(self) -> int:
+        n = self.count
+        for d in self.shape:
+            n *= d
+        return n
+
+
+@dataclass(frozen=True)
+class Quantization:
+    """What a checkpoint's quantization_config says about stored weights (see weights.py)."""
+
+    method: str  # fp8 | mxfp4 | int4 | int8 | ...
+    detail: str
+    block: tuple[int, ...] | None = None
+    excluded: tuple[str, ...] = ()
+    kv_dtype_hint: str | None = None
+
+
+# ---------------------------------------------------------------------------------------------- model
+@dataclass(frozen=True)
+class LayerGroup:
+    cache: LayerCache
+    layer_ids: tuple[int, ...]
+
+    @property
+    def kind(self) -> str:
+        return self.cache.kind
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything an engine needs to lay out the cache and count weights; built once per config."""
+
+    architecture: str
+    model_type: str
+    family: str
+    num_layers: int  # decoder layers (what pipeline parallelism splits)
+    caches: tuple[tuple[int, LayerCache], ...]  # (layer index, cache) -- a layer may hold two (self + cross)
+    dtype: str | None  # model dtype from the config (fp16/bf16/fp32) or None
+    weights: tuple[WeightPart, ...]
+    max_ctx: int | None
+    max_ctx_source: str
+    vllm_max_ctx: int | None = None
+    vllm_max_ctx_source: str = ""
+    tied_embeddings: bool = False
+    quantization: Quantization | None = None
+    is_encoder_decoder: bool = False
+    encoder_len: int | None = None
+    mtp_layers: int = 0
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def groups(self) -> tuple[LayerGroup, ...]:
+        """Identical layer caches merged, in order of first appearance."""
+        merged: OrderedDict[LayerCache, list[int]] = OrderedDict()
+        for idx, cache in self.caches:
+            merged.setdefault(cache, []).append(idx)
+        return tuple(LayerGroup(c, tuple(ids)) for c, ids in merged.items())
+
+    @property
+    def has_context_growth(self) -> bool:
+        return any(c.grows_with_context for _, c in self.caches)
+
+    def caches_of_layers(self, layers: range | set[int]) -> tuple[tuple[int, LayerCache], ...]:
+        return tuple((i, c) for i, c in self.caches if i in layers)
+
+    @property
+    def params(self) -> int:
+        return sum(w.params for w in self.weights if w.part != "mtp")
+
+    def params_of(self, part: str) -> int:
+        return sum(w.params for w in self.weights if w.part == part)

@@ -1,0 +1,121 @@
+"""Numbers people type and numbers we print: token counts, byte sizes, fractions (CONTRACTS.md)."""
+
+from __future__ import annotations
+
+import re
+from decimal import ROUND_FLOOR, Decimal, InvalidOperation
+
+from kvplan.errors import InputError
+
+GiB = 1 << 30
+MiB = 1 << 20
+KiB = 1 << 10
+
+_TOKEN_SUFFIX = {"": 1, "k": 1024, "m": 1024 * 1024}
+_BYTE_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": KiB, "kb": KiB, "kib": KiB,
+    "m": MiB, "mb": MiB, "mib": MiB,
+    "g": GiB, "gb": GiB, "gib": GiB,
+    "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40,
+}
+_TOKEN_RE = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
+_BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+
+
+def parse_tokens(text: str | int, what: str = "token count") -> int:
+    """'4096', '32k', '1M' -> tokens (k = 1024, M = 1,048,576). Must be > 0."""
+    if isinstance(text, bool):
+        raise InputError(f"{what}: expected a token count like 4096, 32k or 1M, got {text!r}")
+    if isinstance(text, int):
+        value = text
+    else:
+        m = _TOKEN_RE.match(str(text))
+        if not m:
+            raise InputError(
+                f"{what}: {text!r} is not a token count; use an integer, optionally with k (x1024) "
+                "or M (x1,048,576), e.g. 4096, 32k, 1M (no decimals with a suffix)"
+            )
+        value = int(m.group(1)) * _TOKEN_SUFFIX[m.group(2).lower()]
+    if value <= 0:
+        raise InputError(f"{what}: must be a positive number of tokens, got {text!r}")
+    return value
+
+
+def parse_count(text: str | int, what: str) -> int:
+    """A positive integer (batch sizes, GPU counts, tp/pp)."""
+    return parse_tokens(text, what)
+
+
+def parse_bytes(text: str | int, what: str = "size") -> int:
+    """'24GB', '80GiB', '512 MiB', '5.01GiB' -> bytes. All units binary; decimals floored to whole bytes."""
+    if isinstance(text, bool):
+        raise InputError(f"{what}: expected a size like 24GB, got {text!r}")
+    if isinstance(text, int):
+        value = text
+    else:
+        m = _BYTES_RE.match(str(text))
+        unit = m.group(2).lower() if m else None
+        if not m or unit not in _BYTE_UNITS:
+            raise InputError(
+                f"{what}: {text!r} is not a size; use a number with B, KB/KiB, MB/MiB, GB/GiB or TB/TiB "
+                "(all binary), e.g. 24GB, 80GiB, 512MiB"
+            )
+        try:
+            number = Decimal(m.group(1))
+        except InvalidOperation:  # pragma: no cover - regex guarantees a number
+            raise InputError(f"{what}: {text!r} is not a size") from None
+        value = int((number * _BYTE_UNITS[unit]).to_integral_value(rounding=ROUND_FLOOR))
+    if value <= 0:
+        raise InputError(f"{what}: must be a positive size, got {text!r}")
+    return value
+
+
+def parse_fraction(text: str | float, what: str = "fraction") -> float:
+    """'0.9' or '90%' -> 0.9; must lie in (0, 1]."""
+    if isinstance(text, bool):
+        raise InputError(f"{what}: expected a fraction like 0.9 or 90%, got {text!r}")
+    try:
+        if isinstance(text, (int, float)):
+            value = float(text)
+        else:
+            s = str(text).strip()
+            value = float(s[:-1]) / 100 if s.endswith("%") else float(s)
+    except ValueError:
+        raise InputError(f"{what}: {text!r} is not a fraction; use e.g. 0.9 or 90%") from None
+    if not (0 < value <= 1):
+        raise InputError(f"{what}: {text!r} is outside (0, 1]; use e.g. 0.9 or 90%")
+    return value
+
+
+def parse_headroom(text: str | float, what: str = "headroom") -> float:
+    """Like a fraction but 0 is allowed and 1 is not: the share of a budget held back."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool) and float(text) == 0:
+        return 0.0
+    if isinstance(text, str) and text.strip() in ("0", "0%", "0.0"):
+        return 0.0
+    value = parse_fraction(text, what)
+    if value >= 1:
+        raise InputError(f"{what}: {text!r} would hold back the whole budget; use a value in [0, 1)")
+    return value
+
+
+def fmt_int(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def fmt_bytes(n: int | None) -> str:
+    """Human size in binary units with two decimals (GiB = 2^30)."""
+    if n is None:
+        return "-"
+    sign = "-" if n < 0 else ""
+    n = abs(n)
+    for unit, scale in (("TiB", 1 << 40), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if n >= scale:
+            return f"{sign}{n / scale:.2f} {unit}"
+    return f"{sign}{n} B"
+
+
+def fmt_tokens(n: int | None) -> str:
+    return fmt_int(n)

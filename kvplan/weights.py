@@ -1,0 +1,116 @@
+"""Parameter count and weight bytes from a ModelSpec's weight parts (exact integers).
+
+Storage rules (one table, WEIGHT_FORMATS): 16/32-bit floats store every parameter; quantized formats apply to
+the linear and expert weights of the text/encoder stacks, everything else (embeddings, norms, routers, biases,
+vision tower) stays in the model's 16-bit dtype. Quantized checkpoints declare their format in
+quantization_config: DeepSeek fp8 with an fp32 scale per 128x128 block, gpt-oss MXFP4 experts (17 B / 32
+weights), GPTQ/AWQ int4 with fp16 scales and packed int32 zero points per group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvplan.engines.base import cdiv, pp_partition
+from kvplan.errors import InputError
+from kvplan.spec import ModelSpec, Quantization, WeightPart
+
+FLOAT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
+QUANTIZED_ROLES = ("linear", "expert")
+QUANTIZED_PARTS = ("text", "encoder", "mtp")
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    name: str
+    description: str
+    quant: Quantization | None  # None: every parameter in the float dtype
+
+
+def weight_format(spec: ModelSpec, flag: str | None, float_dtype: str) -> WeightFormat:
+    """--weight-dtype, else the checkpoint's quantization_config, else the float dtype the engine loads."""
+    if flag:
+        key = flag.strip().lower().replace("float16", "fp16").replace("bfloat16", "bf16").replace("float32", "fp32")
+        if key not in WEIGHT_DTYPES:
+            raise InputError(f"unknown weight dtype {flag!r}; accepted: {', '.join(WEIGHT_DTYPES)}")
+        if key in FLOAT_BYTES:
+            return WeightFormat(key, f"{key} (--weight-dtype)", None)
+        if key == "int4":
+            return WeightFormat("int4", "int4 linear weights + fp16 scale and packed zero point per group of 128 "
+                                "(AWQ layout); embeddings, norms and lm_head in " + float_dtype,
+                                Quantization("int4", "awq", (128,)))
+        return WeightFormat(key, f"{key} linear weights + one fp32 scale per output channel; embeddings, norms and "
+                            f"lm_head in {float_dtype}", Quantization(key, "per-channel", None))
+    q = spec.quantization
+    if q is not None and q.method in ("fp8", "mxfp4", "int4"):
+        return WeightFormat(q.method, f"{q.detail} (quantization_config); other tensors in {float_dtype}", q)
+    return WeightFormat(float_dtype, f"{float_dtype} (model dtype)", None)
+
+
+def part_bytes(w: WeightPart, fmt: WeightFormat, float_bytes: int) -> int:
+    q = fmt.quant
+    if q is None or w.role not in QUANTIZED_ROLES or w.part not in QUANTIZED_PARTS:
+        return w.params * float_bytes
+    if q.method == "mxfp4" and w.role != "expert":
+        return w.params * float_bytes  # gpt-oss: attention, router, embeddings stay 16-bit
+    n = w.params // w.count
+    out_dim, in_dim = (w.shape[0], n // w.shape[0]) if len(w.shape) >= 2 else (1, n)
+    if q.method == "fp8" and q.block:
+        bo, bi = q.block[0], q.block[1] if len(q.block) > 1 else q.block[0]
+        per = n + cdiv(out_dim, bo) * cdiv(in_dim, bi) * 4
+    elif q.method in ("fp8", "int8"):
+        per = n + out_dim * 4
+    elif q.method == "mxfp4":
+        per = cdiv(n, 32) * 17
+    elif q.method == "int4":
+        g = q.block[0] if q.block else 128
+        groups = cdiv(in_dim, g)
+        per = n // 2 + groups * out_dim * 2 + groups * cdiv(out_dim, 8) * 4
+    else:  # pragma: no cover - formats are closed above
+        per = n * float_bytes
+    return per * w.count
+
+
+def total_bytes(spec: ModelSpec, fmt: WeightFormat, float_dtype: str, *, include_mtp: bool = False) -> int:
+    fb = FLOAT_BYTES[float_dtype]
+    return sum(part_bytes(w, fmt, fb) for w in spec.weights if include_mtp or w.part != "mtp")
+
+
+def per_gpu_bytes(spec: ModelSpec, fmt: WeightFormat, float_dtype: str, tp: int, pp: int, stage: int,
+                  *, include_mtp: bool = False) -> int:
+    """Weights on one GPU of `stage`: its layers (embeddings on the first stage, final norm and lm_head on the
+    last; a tied lm_head is a copy on the last stage when pp > 1), sharded tensors / tp (rounded up)."""
+    fb = FLOAT_BYTES[float_dtype]
+    stages = pp_partition(spec.num_layers, pp)
+    layers = set(stages[stage])
+    first, last = stage == 0, stage == pp - 1
+    total = 0
+    for w in spec.weights:
+        if w.part == "mtp" and not include_mtp:
+            continue
+        if w.layer is not None and w.part in ("text", "mtp"):
+            if w.layer not in layers and not (w.part == "mtp" and last):
+                continue
+        elif w.role == "embedding" and w.part == "text" and not first:
+            continue
+        elif w.role in ("lm_head", "norm") and w.layer is None and w.part == "text" and not last:
+            continue
+        elif w.part in ("vision", "encoder") and not first:
+            continue
+        b = part_bytes(w, fmt, fb)
+        total += b if w.split == "replicated" or tp == 1 else cdiv(b, tp)
+    if spec.tied_embeddings and pp > 1 and last:
+        emb = next((w for w in spec.weights if w.role == "embedding" and w.part == "text"), None)
+        if emb is not None:
+            total += cdiv(part_bytes(emb, fmt, fb), tp)
+    return total
+
+
+def params_breakdown(spec: ModelSpec) -> dict[str, int]:
+    out = {"params": spec.params, "text_params": spec.params_of("text")}
+    for part in ("vision", "encoder", "mtp"):
+        n = spec.params_of(part)
+        if n:
+            out[f"{part}_params"] = n
+    return out
