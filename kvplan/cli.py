@@ -10,8 +10,12 @@ import json
 import sys
 from typing import Annotated, Any, Optional
 
-import click
 import typer
+
+try:  # typer >= 0.26 vendors click
+    from typer._click import exceptions as click_exc
+except ImportError:  # pragma: no cover - older typer on real click
+    from click import exceptions as click_exc
 
 from kvplan import catalog
 from kvplan.errors import KvplanError
@@ -90,7 +94,7 @@ def size(
     json_out: Json = False, revision: Revision = None, offline: Offline = False, refresh: Refresh = False,
     hub: Hub = False, token: Token = None, timeout: Timeout = None,
 ) -> None:
-    from kvplan import render, sizing
+    from kvplan import sizing
 
     knobs = dict(block_size=block_size, max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
                  disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, page_size=page_size, ubatch=ubatch,
@@ -103,6 +107,8 @@ def size(
     if json_out:
         _print_json(result.to_json())
     else:
+        from kvplan import render
+
         render.console().print(render.size_view(result))
 
 
@@ -140,14 +146,15 @@ def main(argv: list[str] | None = None) -> None:
         command.main(args=argv, prog_name="kvplan", standalone_mode=False)
     except KvplanError as e:
         _fail(str(e), e.exit_code)
-    except click.exceptions.NoArgsIsHelpError:
+    except click_exc.NoArgsIsHelpError as e:
+        sys.stdout.write(e.ctx.get_help() + "\n" if e.ctx is not None else "")
         sys.exit(0)
-    except click.UsageError as e:
+    except click_exc.UsageError as e:
         hint = f" (see `kvplan {e.ctx.info_name} --help`)" if e.ctx is not None and e.ctx.info_name != "kvplan" else " (see `kvplan --help`)"
         _fail(e.format_message().replace("\n", " ") + hint, 2)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
-    except click.Abort:
+    except (typer.Exit, getattr(click_exc, "Exit", typer.Exit)) as e:
+        sys.exit(getattr(e, "exit_code", 0))
+    except click_exc.Abort:
         _fail("aborted", 2)
     except BrokenPipeError:
         sys.exit(0)

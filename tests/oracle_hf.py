@@ -380,14 +380,6 @@ def _model_inputs(model, batch, ctx, encoder_len, device="meta"):
     return {"input_ids": enc_ids, "decoder_input_ids": ids}, enc_len
 
 
-def _needs_experts_switch(model) -> bool:
-    """Models whose MoE experts go through transformers' ExpertsInterface."""
-    for m in model.modules():
-        if type(m).__name__.endswith("Experts") and hasattr(m, "config") and hasattr(m.config, "_experts_implementation"):
-            return True
-    return False
-
-
 def hf_cache_bytes(config: dict, batch: int, ctx: int, dtype="float16", encoder_len=None,
                    *, device="meta", experts_implementation="batched_mm") -> dict:
     """Build the FULL model on meta in `dtype`, run one forward of [batch, ctx] with
@@ -402,15 +394,10 @@ def hf_cache_bytes(config: dict, batch: int, ctx: int, dtype="float16", encoder_
     # data-independent experts implementation (gather weights by expert id + bmm).  Selecting
     # it via config does not touch attention / cache code.
     model = build_meta_model(config, dtype, experts_implementation=experts_implementation, device=device)
-    patches = _apply_meta_patches(model) if device == "meta" else []
     t1 = time.perf_counter()
     inputs, enc_len = _model_inputs(model, batch, ctx, encoder_len, device)
-    try:
-        with _quiet(), torch.no_grad():
-            out = model(**inputs, use_cache=True, return_dict=True)
-    finally:
-        for undo in patches:
-            undo()
+    with _quiet(), torch.no_grad():
+        out = model(**inputs, use_cache=True, return_dict=True)
     t2 = time.perf_counter()
     cache = getattr(out, "past_key_values", None)
     if cache is None:  # Mamba-style outputs
@@ -419,50 +406,14 @@ def hf_cache_bytes(config: dict, batch: int, ctx: int, dtype="float16", encoder_
     rep.update({
         "batch": batch, "ctx": ctx, "dtype": str(dtype), "encoder_len": enc_len,
         "class": type(model).__name__,
-        "patches": [getattr(u, "desc", "?") for u in patches],
+        # No module was monkeypatched: every bundled config runs unmodified on meta
+        # (MoE via the config switch experts_implementation="batched_mm" only).
+        "patches": [],
+        "experts_implementation": experts_implementation,
         "seconds": {"build": round(t1 - t0, 3), "forward": round(t2 - t1, 3)},
     })
     del out, cache, model
     return rep
-
-
-# --------------------------------------------------------------------------- meta workarounds
-
-
-def _apply_meta_patches(model):
-    """Minimal, documented monkeypatches for data-dependent ops that cannot run on meta.
-
-    Returns a list of undo callables (each with a `.desc`).  Only non-attention, non-cache
-    modules are ever patched.  See dev/ORACLE_NOTES.md.
-    """
-    undos = []
-    for name, cls in _patch_targets(model):
-        orig = cls.forward
-
-        def identity_forward(self, hidden_states, *args, **kwargs):  # shape-preserving
-            return hidden_states
-
-        cls.forward = identity_forward
-
-        def undo(cls=cls, orig=orig):
-            cls.forward = orig
-
-        undo.desc = f"{cls.__module__}.{cls.__name__}.forward -> identity (module {name})"
-        undos.append(undo)
-    return undos
-
-
-# Filled in as needed, per module class name: (reason)
-META_IDENTITY_PATCH_CLASSES: dict[str, str] = {}
-
-
-def _patch_targets(model):
-    seen = {}
-    for name, m in model.named_modules():
-        cn = type(m).__name__
-        if cn in META_IDENTITY_PATCH_CLASSES and type(m) not in seen.values():
-            seen[name] = type(m)
-    return list(seen.items())
 
 
 # --------------------------------------------------------------------------- context limits

@@ -1,0 +1,68 @@
+"""Shared test helpers: run the real CLI in-process and read its JSON, build configs from stated facts."""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+
+
+class CliResult:
+    def __init__(self, code: int, out: str, err: str):
+        self.code, self.out, self.err = code, out, err
+
+    def json(self) -> Any:
+        return json.loads(self.out)
+
+
+def run_cli(*args: str) -> CliResult:
+    """`kvplan ARGS` through the real entry point (kvplan.cli.main), capturing output and the exit code."""
+    from kvplan.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    with redirect_stdout(out), redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as e:
+            code = int(e.code or 0)
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def kvjson(*args: str) -> dict[str, Any]:
+    r = run_cli(*args, "--json")
+    assert r.code == 0, r.err
+    return r.json()
+
+
+@pytest.fixture(scope="session")
+def engine_logs() -> dict[str, dict[str, Any]]:
+    """The real engine logs (tests/data/engine-logs.yaml, a copy of shared/reference/cases)."""
+    cases = yaml.safe_load((DATA / "engine-logs.yaml").read_text())
+    return {c["id"]: c for c in cases}
+
+
+def write_config(tmp: Path, name: str, config: dict[str, Any]) -> str:
+    d = tmp / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.json").write_text(json.dumps(config))
+    return str(d / "config.json")
+
+
+def llama_like(layers: int, heads: int, kv_heads: int, head_dim: int, **extra: Any) -> dict[str, Any]:
+    """A decoder config carrying only stated KV facts; width/vocab are placeholders (KV does not read them)."""
+    return {
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": layers,
+        "num_attention_heads": heads, "num_key_value_heads": kv_heads, "head_dim": head_dim,
+        "hidden_size": heads * head_dim, "intermediate_size": 4 * heads * head_dim, "vocab_size": 32000,
+        "max_position_embeddings": 131072, "torch_dtype": "bfloat16", **extra,
+    }
