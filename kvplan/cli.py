@@ -40,6 +40,7 @@ WeightDtype = Annotated[Optional[str], typer.Option("--weight-dtype", help="fp32
 Tp = Annotated[str, typer.Option("--tp", help="tensor-parallel GPUs")]
 Pp = Annotated[str, typer.Option("--pp", help="pipeline-parallel stages")]
 EncoderLen = Annotated[Optional[str], typer.Option("--encoder-len", help="encoder positions for cross attention (T5 default n_positions, Whisper 1500)")]
+Mmproj = Annotated[Optional[str], typer.Option("--mmproj", help="GGUF vision projector (llama.cpp --mmproj): a .gguf path or org/name:file.gguf; its bytes join the weights")]
 Json = Annotated[bool, typer.Option("--json", help="print one JSON object (CONTRACTS.md keys) instead of tables")]
 Revision = Annotated[Optional[str], typer.Option("--revision", help="Hub revision (branch, tag or commit)")]
 Offline = Annotated[bool, typer.Option("--offline", help="never touch the network: bundled catalog and HF cache only")]
@@ -60,11 +61,11 @@ FlashAttn = Annotated[Optional[bool], typer.Option("--flash-attn/--no-flash-attn
 TokensPerBlock = Annotated[Optional[int], typer.Option("--tokens-per-block", help="trtllm: tokens per KV block")]
 
 
-def _options(model: str, *, revision, offline, refresh, hub, token, timeout, encoder_len):
+def _options(model: str, *, revision, offline, refresh, hub, token, timeout, encoder_len, mmproj=None):
     from kvplan.sizing import ModelOptions
 
     return ModelOptions(model, revision, offline or None, refresh, hub, token, timeout,
-                        parse_tokens(encoder_len, "--encoder-len") if encoder_len else None)
+                        parse_tokens(encoder_len, "--encoder-len") if encoder_len else None, mmproj)
 
 
 def _engine_options(*, engine, kv_dtype, k_dtype, v_dtype, state_dtype, weight_dtype, tp, pp, knobs):
@@ -81,12 +82,12 @@ def _print_json(data: Any) -> None:
 # ---------------------------------------------------------------------------------------------- size
 @app.command(help="KV cache per token and for batch x ctx, weights and the total, exactly.")
 def size(
-    model: Annotated[str, typer.Argument(help="alias (kvplan models), Hub id org/name, or a path to config.json")],
+    model: Annotated[str, typer.Argument(help="alias (kvplan models), Hub id org/name, a path to config.json or a .gguf, or org/name:file.gguf")],
     ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", help="tokens per sequence: 4096, 32k, 1M (default: the model maximum)")] = None,
     batch: Annotated[str, typer.Option("--batch", "-b", help="concurrent sequences")] = "1",
     engine: Engine = None, kv_dtype: KvDtype = None, k_dtype: KDtype = None, v_dtype: VDtype = None,
     state_dtype: StateDtype = None, weight_dtype: WeightDtype = None, tp: Tp = "1", pp: Pp = "1",
-    encoder_len: EncoderLen = None,
+    encoder_len: EncoderLen = None, mmproj: Mmproj = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None, async_scheduling: AsyncSched = None,
     disable_hybrid_kv_cache_manager: DisableHybrid = None, page_size: PageSize = None, ubatch: Ubatch = None,
     kv_unified: KvUnified = None, swa_full: SwaFull = None, flash_attn: FlashAttn = None,
@@ -100,7 +101,7 @@ def size(
                  disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, page_size=page_size, ubatch=ubatch,
                  kv_unified=kv_unified, swa_full=swa_full, flash_attn=flash_attn, tokens_per_block=tokens_per_block)
     mo = _options(model, revision=revision, offline=offline, refresh=refresh, hub=hub, token=token, timeout=timeout,
-                  encoder_len=encoder_len)
+                  encoder_len=encoder_len, mmproj=mmproj)
     eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=k_dtype, v_dtype=v_dtype, state_dtype=state_dtype,
                          weight_dtype=weight_dtype, tp=tp, pp=pp, knobs=knobs)
     result = sizing.size(mo, eo, parse_tokens(ctx, "--ctx") if ctx is not None else None, parse_count(batch, "--batch"))
@@ -110,6 +111,82 @@ def size(
         from kvplan import render
 
         render.console().print(render.size_view(result))
+
+
+# ---------------------------------------------------------------------------------------------- fit
+@app.command(help="What fits on a GPU: max batch at a context, max context at a batch, the frontier; or the whole catalog.")
+def fit(
+    gpu: Annotated[str, typer.Option("--gpu", "-g", help="catalog name (kvplan gpus), a size such as 24GB, or NxGPU such as 8xH100")],
+    model: Annotated[Optional[str], typer.Option("--model", "-m", help="one model (alias, Hub id or path); default: the whole bundled catalog")] = None,
+    ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", help="tokens per request for max batch (default 4096 for the catalog, 4096 or the model max for one model)")] = None,
+    batch: Annotated[str, typer.Option("--batch", "-b", help="requests for max ctx")] = "1",
+    engine: Engine = None, kv_dtype: KvDtype = None, k_dtype: KDtype = None, v_dtype: VDtype = None,
+    state_dtype: StateDtype = None, weight_dtype: WeightDtype = None,
+    tp: Annotated[Optional[str], typer.Option("--tp", help="tensor-parallel GPUs (default: all GPUs of NxGPU)")] = None,
+    pp: Annotated[Optional[str], typer.Option("--pp", help="pipeline-parallel stages")] = None,
+    kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB")] = None,
+    reserve: Annotated[Optional[str], typer.Option("--reserve", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB")] = None,
+    gpu_memory_utilization: Annotated[Optional[str], typer.Option("--gpu-memory-utilization", help="vllm: fraction of CUDA total (0.92 / 0.90 by version)")] = None,
+    max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs", help="vllm: running-request limit")] = None,
+    max_model_len: Annotated[Optional[str], typer.Option("--max-model-len", help="vllm: the engine's max_model_len for its start-up check (default: the model max)")] = None,
+    mem_fraction_static: Annotated[Optional[str], typer.Option("--mem-fraction-static", help="sglang: fraction for weights + KV")] = None,
+    max_total_tokens: Annotated[Optional[int], typer.Option("--max-total-tokens", help="sglang: token pool cap")] = None,
+    max_running_requests: Annotated[Optional[int], typer.Option("--max-running-requests", help="sglang: running-request limit")] = None,
+    free_gpu_memory_fraction: Annotated[Optional[str], typer.Option("--free-gpu-memory-fraction", help="trtllm: fraction of free memory for KV (0.9)")] = None,
+    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="trtllm: KvCacheConfig.max_tokens")] = None,
+    max_batch_size: Annotated[Optional[int], typer.Option("--max-batch-size", help="trtllm: running-request limit")] = None,
+    block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None, async_scheduling: AsyncSched = None,
+    disable_hybrid_kv_cache_manager: DisableHybrid = None, page_size: PageSize = None, ubatch: Ubatch = None,
+    kv_unified: KvUnified = None, swa_full: SwaFull = None, flash_attn: FlashAttn = None,
+    tokens_per_block: TokensPerBlock = None,
+    json_out: Json = False, revision: Revision = None, offline: Offline = False, refresh: Refresh = False,
+    hub: Hub = False, token: Token = None, timeout: Timeout = None,
+) -> None:
+    from kvplan import gpus as gpu_catalog, planner
+    from kvplan.units import parse_bytes, parse_fraction
+
+    selection = gpu_catalog.resolve_gpu(gpu)
+    knobs = dict(
+        block_size=block_size, max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
+        disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, page_size=page_size, ubatch=ubatch,
+        kv_unified=kv_unified, swa_full=swa_full, flash_attn=flash_attn, tokens_per_block=tokens_per_block,
+        gpu_memory_utilization=parse_fraction(gpu_memory_utilization, "--gpu-memory-utilization") if gpu_memory_utilization else None,
+        max_num_seqs=max_num_seqs, max_model_len=parse_tokens(max_model_len, "--max-model-len") if max_model_len else None,
+        mem_fraction_static=parse_fraction(mem_fraction_static, "--mem-fraction-static") if mem_fraction_static else None,
+        max_total_tokens=max_total_tokens, max_running_requests=max_running_requests,
+        free_gpu_memory_fraction=parse_fraction(free_gpu_memory_fraction, "--free-gpu-memory-fraction") if free_gpu_memory_fraction else None,
+        max_tokens=max_tokens, max_batch_size=max_batch_size,
+    )
+    for name in ("max_num_seqs", "max_total_tokens", "max_running_requests", "max_tokens", "max_batch_size", "block_size",
+                 "max_num_batched_tokens", "page_size", "ubatch", "tokens_per_block"):
+        if knobs[name] is not None and knobs[name] <= 0:
+            raise KvplanError(f"--{name.replace('_', '-')} must be a positive integer, got {knobs[name]}")
+    mo = _options(model or "", revision=revision, offline=offline, refresh=refresh, hub=hub, token=token, timeout=timeout,
+                  encoder_len=None)
+    eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=k_dtype, v_dtype=v_dtype, state_dtype=state_dtype,
+                         weight_dtype=weight_dtype, tp="1", pp="1", knobs=knobs)
+    report = planner.fit(
+        [model] if model else None, eo, selection, parse_tokens(ctx, "--ctx") if ctx else None, parse_count(batch, "--batch"),
+        mo_template=mo, kv_budget=parse_bytes(kv_budget, "--kv-budget") if kv_budget else None,
+        reserve=_parse_reserve(reserve), tp=parse_count(tp, "--tp") if tp else None, pp=parse_count(pp, "--pp") if pp else None,
+    )
+    if json_out:
+        _print_json(report.to_json())
+        return
+    from kvplan import render
+
+    view = render.fit_one_view(report) if model else render.fit_catalog_view(report)
+    render.console().print(view)
+
+
+def _parse_reserve(text: str | None) -> int | None:
+    if text is None:
+        return None
+    from kvplan.units import parse_bytes
+
+    if text.strip() in ("0", "0B", "0GiB", "0GB"):
+        return 0
+    return parse_bytes(text, "--reserve")
 
 
 # ---------------------------------------------------------------------------------------------- models, gpus

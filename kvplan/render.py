@@ -80,6 +80,13 @@ def size_view(r: Any) -> Group:
     extra = [f"{k} {fmt_int(s.spec.params_of(k))}" for k in ("vision", "encoder") if s.spec.params_of(k)]
     totals.add_row("parameters", params + (f"  [dim]({', '.join(extra)})[/dim]" if extra else ""))
     totals.add_row("weights", bytes_cell(r.weight_bytes) + f"  [dim]{s.weight_format.name}[/dim]")
+    gguf, mmproj = s.resolved.extras.get("gguf"), s.resolved.extras.get("mmproj")
+    if gguf is not None:
+        from kvplan.sizing import quant_mix_text
+
+        totals.add_row("quant mix", quant_mix_text(gguf))
+    if mmproj is not None:
+        totals.add_row("mmproj", bytes_cell(mmproj.weight_bytes()) + "  [dim](in weights)[/dim]")
     totals.add_row("total", bytes_cell(r.total_bytes))
     if s.tp > 1 or s.pp > 1:
         totals.add_row("KV, all GPUs", bytes_cell(p.kv_bytes_all_gpus))
@@ -112,3 +119,79 @@ def gpus_view(rows: list[dict[str, Any]]) -> Table:
         bw = f"{r['bandwidth_gbps']:,} GB/s" if r.get("bandwidth_gbps") else "-"
         t.add_row(r["name"], ", ".join(r.get("aliases") or [])[:60], nvml, cuda, bw)
     return t
+
+
+# ---------------------------------------------------------------------------------------------- fit
+def _yes(ok: bool) -> str:
+    return "[green]yes[/green]" if ok else "[red]no[/red]"
+
+
+def fit_one_view(report: Any) -> Group:
+    r = report.results[0]
+    s, c = r.setup, r.capacity
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    g = report.gpu
+    est = " (estimated)" if g.gpu.cuda_total_estimated else ""
+    head.add_row("GPU", f"{g.count} x {g.gpu.name}, CUDA total {fmt_bytes(g.total_bytes)}{est} each")
+    head.add_row("model", f"{s.ref.id or s.ref.requested}  [dim]{s.ref.source}[/dim]")
+    head.add_row("engine", f"{report.engine}   tp {report.tp} x pp {report.pp}" + (f"   ({r.replicas} replicas)" if r.replicas > 1 else ""))
+    head.add_row("weights / GPU", bytes_cell(r.weight_bytes) + f"  [dim]{s.weight_format.name}[/dim]")
+    head.add_row("KV budget / GPU", bytes_cell(r.kv_budget_bytes))
+    head.add_row("KV capacity", f"{fmt_int(c.kv_capacity_tokens)} tokens  [dim](as {report.engine} prints it)[/dim]")
+    head.add_row(f"at ctx {fmt_int(r.ctx)}", f"max batch {fmt_int(r.max_batch)}" + (f"  [dim](engine cap {fmt_int(c.engine_batch_cap)})[/dim]" if c.engine_batch_cap else "")
+                 + (f"   concurrency {c.concurrency:.2f}x" if c.concurrency is not None else ""))
+    head.add_row(f"at batch {fmt_int(r.batch)}", f"max ctx {fmt_int(r.max_ctx)}" + (f"  [dim](model max {fmt_int(s.max_ctx)})[/dim]" if s.max_ctx else ""))
+    head.add_row("fits", _yes(r.fits) + "   engine would start: " + _yes(c.engine_would_start))
+    budget = Table(title="KV budget (limiting GPU)", title_justify="left", show_header=False)
+    budget.add_column()
+    budget.add_column(justify="right")
+    for what, value in r.budgets[0].parts:
+        budget.add_row(what, f"{value:+,} B" if value < 0 else f"{value:,} B")
+    budget.add_row("[bold]KV budget[/bold]", f"[bold]{r.budgets[0].kv_bytes:,} B[/bold]")
+    parts: list[Any] = [Panel(head, title="kvplan fit", title_align="left"), budget]
+    if r.frontier:
+        parts.append(frontier_chart(r.frontier))
+    for block in (_notes("warnings", r.warnings, "yellow"), _notes("assumptions", r.assumptions, "dim")):
+        if block is not None:
+            parts.append(block)
+    return Group(*parts)
+
+
+def frontier_chart(frontier: tuple[tuple[int, int], ...], width: int = 40) -> Table:
+    """Max batch per context as horizontal bars (log-scaled so 1 and 1,000 both show)."""
+    import math
+
+    t = Table(title="batch x context frontier", title_justify="left")
+    t.add_column("ctx", justify="right")
+    t.add_column("max batch", justify="right")
+    t.add_column("")
+    top = max((b for _, b in frontier), default=0)
+    scale = math.log2(top + 1) if top else 1
+    for ctx, b in frontier:
+        n = round(width * math.log2(b + 1) / scale) if b else 0
+        t.add_row(fmt_int(ctx), fmt_int(b), "[cyan]" + "█" * n + "[/cyan]" if b else "[red]does not fit[/red]")
+    return t
+
+
+def fit_catalog_view(report: Any) -> Group:
+    g = report.gpu
+    t = Table(title=f"{g.count} x {g.gpu.name} ({fmt_bytes(g.total_bytes)} CUDA total each), {report.engine}, tp {report.tp} x pp {report.pp}",
+              title_justify="left")
+    for col, just in (("model", "left"), ("weights/GPU", "right"), ("KV budget", "right"), ("ctx", "right"),
+                      ("max batch", "right"), ("max ctx @1", "right"), ("KV tokens", "right"), ("fits", "left")):
+        t.add_column(col, justify=just)
+    for r in report.results:
+        if not r.weights_fit:
+            verdict = "[red]no: weights do not fit[/red]"
+        elif not r.fits:
+            verdict = "[red]no: not one request[/red]"
+        else:
+            verdict = "[green]yes[/green]" + ("" if r.capacity.engine_would_start else " [yellow](lower max_model_len)[/yellow]")
+        t.add_row(r.setup.ref.requested, fmt_bytes(r.weight_bytes), fmt_bytes(max(0, r.kv_budget_bytes)), fmt_int(r.ctx),
+                  fmt_int(r.max_batch), fmt_int(r.max_ctx), fmt_int(r.capacity.kv_capacity_tokens), verdict)
+    parts: list[Any] = [t]
+    if report.errors:
+        parts.append(_notes("not planned", [f"{m}: {e}" for m, e in report.errors], "yellow"))
+    return Group(*parts)

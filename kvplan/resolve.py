@@ -1,8 +1,14 @@
-"""Model reference -> raw config.json with provenance (a local path, an alias or bundled Hub id, or the Hub)."""
+"""Model reference -> raw config.json with provenance (a local path, an alias or bundled Hub id, or the Hub).
+
+A GGUF model resolves to its header instead of a config: a local .gguf file (any shard of a split model: the
+others are read from beside it), a directory holding one GGUF model, or `org/name:path/file.gguf` on the Hub
+(header read by HTTP range requests, hub.fetch_gguf). The header is `extras["gguf"]`; `config` stays empty.
+"""
 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,7 +43,7 @@ class ModelRef:
 class ResolvedModel:
     ref: ModelRef
     config: dict[str, Any]
-    extras: dict[str, Any] = field(default_factory=dict)  # e.g. safetensors metadata, GGUF header
+    extras: dict[str, Any] = field(default_factory=dict)  # e.g. safetensors metadata, GGUF header ("gguf")
 
 
 def read_config_file(path: Path, shown: str | None = None) -> dict[str, Any]:
@@ -63,6 +69,58 @@ def looks_like_hub_id(ref: str) -> bool:
     return len(parts) == 2 and all(parts) and not ref.startswith((".", "/", "~"))
 
 
+# ---------------------------------------------------------------------------------------------- GGUF
+GGUF_HUB_REF = re.compile(r"^(?P<repo>[^/:\s]+/[^/:\s]+):(?P<file>\S+\.gguf)$", re.IGNORECASE)
+_SHARD = re.compile(r"-(\d{5})-of-\d{5}\.gguf$", re.IGNORECASE)
+
+
+def split_gguf_ref(ref: str) -> tuple[str, str] | None:
+    """`org/name:path/file.gguf` -> (repo id, file in the repo)."""
+    m = GGUF_HUB_REF.match(ref.strip())
+    return (m["repo"], m["file"]) if m else None
+
+
+def is_gguf_file(path: Path) -> bool:
+    if path.suffix.lower() == ".gguf":
+        return True
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == b"GGUF"
+    except OSError:
+        return False
+
+
+def gguf_in_dir(path: Path, ref: str) -> Path | None:
+    """The one GGUF model in a directory: its single file or the first shard of a split, mmproj files aside."""
+    files = sorted(p for p in path.glob("*.gguf") if p.is_file())
+    models = [p for p in files if "mmproj" not in p.name.lower()
+              and ((m := _SHARD.search(p.name)) is None or int(m.group(1)) == 1)]
+    if len(models) > 1:
+        raise ConfigError(f"{ref} holds several GGUF models ({', '.join(p.name for p in models[:4])}"
+                          f"{', ...' if len(models) > 4 else ''}); pass one file")
+    return models[0] if models else None
+
+
+def local_gguf(path: Path, ref: str) -> ResolvedModel:
+    from kvplan.gguf import read_split_headers
+
+    header = read_split_headers(path)
+    return ResolvedModel(ModelRef(requested=ref, id=None, source="file", path=header.source or str(path)), {},
+                         {"gguf": header})
+
+
+def read_gguf(ref: str, **hub_options: Any) -> Any:
+    """The GGUF header of a local file or `org/name:file.gguf` (e.g. --mmproj), or one line of error."""
+    path = Path(ref).expanduser()
+    if path.is_file():
+        return local_gguf(path, ref).extras["gguf"]
+    hub_ref = split_gguf_ref(ref)
+    if hub_ref is None:
+        raise ModelNotFoundError(f"{ref}: no such file (a .gguf path or org/name:file.gguf is accepted)")
+    return _resolve_hub_gguf(ref, *hub_ref, **hub_options).extras["gguf"]
+
+
+# ---------------------------------------------------------------------------------------------- local, bundled
 def resolve_local(ref: str) -> ResolvedModel | None:
     path = Path(ref).expanduser()
     if not path.exists():
@@ -70,8 +128,13 @@ def resolve_local(ref: str) -> ResolvedModel | None:
     if path.is_dir():
         cfg = path / "config.json"
         if not cfg.is_file():
-            raise ConfigError(f"{ref} is a directory without a config.json")
+            gguf = gguf_in_dir(path, ref)
+            if gguf is None:
+                raise ConfigError(f"{ref} is a directory without a config.json or a .gguf model")
+            return local_gguf(gguf, ref)
         path = cfg
+    elif is_gguf_file(path):
+        return local_gguf(path, ref)
     config = read_config_file(path, ref)
     return ResolvedModel(ModelRef(requested=ref, id=config.get("_name_or_path") or None, source="file", path=str(path)), config)
 
@@ -96,6 +159,11 @@ def resolve(ref: str, **hub_options: Any) -> ResolvedModel:
     local = resolve_local(ref)
     if local is not None:
         return local
+    hub_gguf = split_gguf_ref(ref)
+    if hub_gguf is not None:
+        return _resolve_hub_gguf(ref, *hub_gguf, **hub_options)
+    if ref.lower().endswith(".gguf"):
+        raise ModelNotFoundError(f"{ref}: no such file (a GGUF on the Hub is written org/name:file.gguf)")
     if not wants_hub:
         bundled = resolve_bundled(ref)
         if bundled is not None:
@@ -116,3 +184,12 @@ def _resolve_hub(ref: str, **hub_options: Any) -> ResolvedModel:
 
     known = ("revision", "offline", "refresh", "token", "timeout", "endpoint", "requested")
     return hub.fetch_config(ref, **{k: hub_options[k] for k in known if hub_options.get(k) is not None})
+
+
+def _resolve_hub_gguf(ref: str, repo_id: str, filename: str, **hub_options: Any) -> ResolvedModel:
+    """A GGUF file in a Hub repo: its header by HTTP range requests, or the HF cache (hub.fetch_gguf)."""
+    from kvplan import hub
+
+    known = ("revision", "offline", "refresh", "token", "timeout", "endpoint")
+    return hub.fetch_gguf(repo_id, filename, requested=ref,
+                          **{k: hub_options[k] for k in known if hub_options.get(k) is not None})

@@ -5,7 +5,7 @@ The same `Setup` (model, engine, dtypes, prepared layout, weights) is what `fit`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from kvplan import JSON_SCHEMA, engines, weights
@@ -29,6 +29,7 @@ class ModelOptions:
     token: str | None = None
     timeout: float | None = None
     encoder_len: int | None = None
+    mmproj: str | None = None  # a GGUF vision projector (llama.cpp --mmproj): its tensors join the weights
 
 
 @dataclass(frozen=True)
@@ -80,9 +81,34 @@ class Setup:
 
 
 def load_spec(mo: ModelOptions) -> tuple[ResolvedModel, ModelSpec]:
-    resolved = resolve(mo.model, revision=mo.revision, offline=mo.offline, refresh=mo.refresh, hub=mo.hub,
-                       token=mo.token, timeout=mo.timeout)
-    return resolved, normalize(resolved.config, encoder_len=mo.encoder_len)
+    hub_options = dict(revision=mo.revision, offline=mo.offline, refresh=mo.refresh, hub=mo.hub, token=mo.token,
+                       timeout=mo.timeout)
+    resolved = resolve(mo.model, **hub_options)
+    header = resolved.extras.get("gguf")
+    if header is None:
+        if mo.mmproj:
+            raise InputError("--mmproj applies to a GGUF model (a .gguf file or org/name:file.gguf)")
+        return resolved, normalize(resolved.config, encoder_len=mo.encoder_len)
+    from kvplan.architectures import gguf_spec
+    from kvplan.resolve import read_gguf
+
+    mmproj = read_gguf(mo.mmproj, **hub_options) if mo.mmproj else None
+    if mmproj is not None:
+        resolved = replace(resolved, extras={**resolved.extras, "mmproj": mmproj})
+    return resolved, gguf_spec.from_header(header, mmproj)
+
+
+def quant_mix(header: Any) -> list[dict[str, Any]]:
+    """A GGUF file's weight bytes by ggml type, largest first: [{type, bytes, share}]."""
+    return [{"type": t, "bytes": b, "share": round(f, 6)} for t, b, f in header.quant_mix()]
+
+
+def quant_mix_text(header: Any) -> str:
+    """"Q4_K 61%, Q6_K 20%, F32 0.4%": what llama.cpp users recognise from llama-quantize."""
+    def pct(f: float) -> str:
+        return f"{f:.0%}" if f >= 0.01 else ("<0.1%" if f < 0.001 else f"{f:.1%}")
+
+    return ", ".join(f"{t} {pct(f)}" for t, _, f in header.quant_mix())
 
 
 def float_dtype_for(engine: Engine, spec: ModelSpec) -> str:
@@ -123,6 +149,7 @@ class SizeResult:
     def to_json(self) -> dict[str, Any]:
         s, p = self.setup, self.plan
         weight_all = s.weight_bytes_all_gpus()
+        gguf, mmproj = s.resolved.extras.get("gguf"), s.resolved.extras.get("mmproj")
         out: dict[str, Any] = {
             "schema": JSON_SCHEMA,
             "model": s.ref.to_json(),
@@ -145,8 +172,10 @@ class SizeResult:
             **weights.params_breakdown(s.spec),
             "weight_bytes": self.weight_bytes,
             "weight_bytes_all_gpus": weight_all,
-            "weight_source": "config",
+            "weight_source": "gguf" if gguf is not None else "config",
             "weight_dtype": s.weight_format.name,
+            **({"quant_mix": quant_mix(gguf)} if gguf is not None else {}),
+            **({"mmproj_bytes": mmproj.weight_bytes()} if mmproj is not None else {}),
             "total_bytes": self.total_bytes,
             "total_bytes_all_gpus": weight_all + p.kv_bytes_all_gpus,
             "assumptions": list(self.assumptions),
@@ -176,6 +205,7 @@ def size(mo: ModelOptions, eo: EngineOptions, ctx: int | None, batch: int = 1,
     plan = s.prepared.plan(ctx, batch)
     assumptions.append(f"KV dtype {s.kvd.label} ({s.kvd.source})")
     assumptions.append(f"weights: {s.weight_format.description}")
+    assumptions.extend(gguf_assumptions(s))
     if s.spec.mtp_layers:
         assumptions.append(f"{s.spec.mtp_layers} multi-token-prediction layer(s) excluded (no speculative decoding)")
     if s.tp > 1 or s.pp > 1:
@@ -184,3 +214,24 @@ def size(mo: ModelOptions, eo: EngineOptions, ctx: int | None, batch: int = 1,
     assumptions.extend(plan.assumptions)
     assumptions.extend(s.spec.notes)
     return SizeResult(s, plan, ctx, batch, s.weight_bytes(plan.limiting_stage), tuple(warnings), tuple(assumptions))
+
+
+def gguf_assumptions(s: Setup) -> list[str]:
+    """What a GGUF input adds: the quantization mix, the projector, where llama.cpp keeps token_embd."""
+    gguf, mmproj = s.resolved.extras.get("gguf"), s.resolved.extras.get("mmproj")
+    if gguf is None:
+        return []
+    out = [f"GGUF {s.spec.stored_format}: {len(gguf.tensors):,} tensors, {gguf.weight_bytes():,} B as stored "
+           f"({quant_mix_text(gguf)})"]
+    if mmproj is not None:
+        out.append(f"vision projector {mmproj.source}: {mmproj.weight_bytes():,} B ({quant_mix_text(mmproj)}) "
+                   "added to the weights")
+    if s.engine.name == "llamacpp":
+        emb = next((t for t in gguf.tensors if t.name == "token_embd.weight"), None)
+        if emb is not None:
+            out.append(f"llama.cpp keeps token_embd ({emb.nbytes:,} B) in host memory, never on a GPU; "
+                       "weight bytes include it")
+    else:
+        out.append(f"a GGUF file is usually served by llama.cpp (--engine llamacpp); sized for {s.engine.name} "
+                   "as asked")
+    return out

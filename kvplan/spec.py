@@ -172,6 +172,8 @@ class WeightPart:
     split: how tensor parallelism divides it: vocab | column | row | expert | replicated
     layer: decoder layer index (None for embeddings/final norm/lm_head and non-decoder parts)
     shape: shape of ONE tensor; `count` identical tensors (e.g. experts)
+    stored_bytes: the exact bytes of all `count` tensors as a file stores them (a GGUF tensor of its ggml type);
+                  when set, weight counting uses it as is and no weight format applies (weights.part_bytes)
     """
 
     name: str
@@ -181,6 +183,7 @@ class WeightPart:
     split: str = "replicated"
     layer: int | None = None
     count: int = 1
+    stored_bytes: int | None = None
 
     @property
     def params(self) -> int:
@@ -202,6 +205,16 @@ class Quantization:
 
 
 # ---------------------------------------------------------------------------------------------- model
+@dataclass(frozen=True)
+class Widths:
+    """Sizes the activation estimates need (engines/overhead.py): hidden width, vocabulary, and the widest MLP
+    a token passes through (dense intermediate, or top-k x expert intermediate)."""
+
+    hidden: int
+    vocab: int
+    intermediate: int
+
+
 @dataclass(frozen=True)
 class LayerGroup:
     cache: LayerCache
@@ -233,6 +246,8 @@ class ModelSpec:
     encoder_len: int | None = None
     mtp_layers: int = 0
     notes: tuple[str, ...] = field(default_factory=tuple)
+    stored_format: str | None = None  # weights read from a file as stored (GGUF: its file type, e.g. "Q4_K_M")
+    widths: Widths = Widths(0, 0, 0)
 
     @property
     def groups(self) -> tuple[LayerGroup, ...]:

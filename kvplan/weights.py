@@ -29,7 +29,13 @@ class WeightFormat:
 
 
 def weight_format(spec: ModelSpec, flag: str | None, float_dtype: str) -> WeightFormat:
-    """--weight-dtype, else the checkpoint's quantization_config, else the float dtype the engine loads."""
+    """--weight-dtype, else the checkpoint's quantization_config, else the float dtype the engine loads.
+    Weights that state their stored bytes (a GGUF file) are taken as stored: no flag applies to them."""
+    if spec.weights and all(w.stored_bytes is not None for w in spec.weights):
+        if flag:
+            raise InputError(f"--weight-dtype does not apply to a GGUF file: its tensors are counted as stored "
+                             f"({spec.stored_format or 'quantized'})")
+        return WeightFormat(spec.stored_format or "stored", "tensors as the file stores them", None)
     if flag:
         key = flag.strip().lower().replace("float16", "fp16").replace("bfloat16", "bf16").replace("float32", "fp32")
         if key not in WEIGHT_DTYPES:
@@ -49,6 +55,8 @@ def weight_format(spec: ModelSpec, flag: str | None, float_dtype: str) -> Weight
 
 
 def part_bytes(w: WeightPart, fmt: WeightFormat, float_bytes: int) -> int:
+    if w.stored_bytes is not None:
+        return w.stored_bytes
     q = fmt.quant
     if q is None or w.role not in QUANTIZED_ROLES or w.part not in QUANTIZED_PARTS:
         return w.params * float_bytes

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from kvplan.architectures import base, classic, defaults, decoder, deepseek, encdec, gemma, gpt_oss, hybrid, llama4, nemotron_nas, vision
 from kvplan.architectures.base import Cfg
 from kvplan.errors import ConfigError
-from kvplan.spec import FullAttention, ModelSpec, SlidingWindow
+from kvplan.spec import FullAttention, ModelSpec, SlidingWindow, Widths
 
 TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
 
@@ -137,4 +137,15 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
         encoder_len=enc_len,
         mtp_layers=mtp,
         notes=tuple(notes),
+        widths=_widths(text),
     )
+
+
+def _widths(c: Cfg) -> Widths:
+    hidden = int(c.get("hidden_size", "d_model", "n_embd", "n_embed", default=0) or 0)
+    vocab = int(c.get("padded_vocab_size", "vocab_size", default=0) or 0)
+    dense = int(c.get("intermediate_size", "ffn_hidden_size", "ffn_dim", "d_ff", "decoder_ffn_dim", "n_inner",
+                      default=4 * hidden) or 4 * hidden)
+    top_k = int(c.get("num_experts_per_tok", "experts_per_token", default=0) or 0)
+    moe = int(c.get("moe_intermediate_size", default=0) or 0)
+    return Widths(hidden, vocab, max(dense, top_k * moe))

@@ -220,3 +220,61 @@ def serving_dtype(spec: ModelSpec) -> DType:
     """vLLM/SGLang/TRT-LLM `auto`: the model dtype, with fp32 or a missing dtype served as bf16."""
     name = spec.dtype if spec.dtype in ("fp16", "bf16") else "bf16"
     return dtypes.KV_DTYPES[name]
+
+
+# ---------------------------------------------------------------------------------------------- budgets
+@dataclass(frozen=True)
+class GpuContext:
+    """The device a budget is computed for (one GPU of the selection)."""
+
+    name: str | None
+    cuda_total: int
+    nvml_total: int | None
+    count: int = 1
+
+    @property
+    def gib(self) -> float:
+        return self.cuda_total / (1 << 30)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """KV memory one GPU of one pipeline stage can give the cache, and how it was reached (bytes)."""
+
+    kv_bytes: int
+    parts: tuple[tuple[str, int], ...]
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What the engine would report and admit for requests of ctx tokens with these budgets."""
+
+    max_batch: int  # requests of ctx tokens that fit (usable memory only), before the engine's request cap
+    kv_capacity_tokens: int | None
+    concurrency: float | None
+    engine_batch_cap: int | None
+    engine_would_start: bool
+    start_message: str | None = None
+    suggested_max_ctx: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def largest(lo: int, hi: int, ok) -> int:
+    """The largest n in [lo, hi] with ok(n) (ok monotone: true then false); lo - 1 when none."""
+    if hi < lo or not ok(lo):
+        return lo - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def max_batch_by_bytes(plan_bytes, budgets: list[int], ctx: int, limit: int = 1 << 20) -> int:
+    """Largest batch whose per-stage plan bytes fit every stage's budget (engines without a block pool)."""
+    def ok(b: int) -> bool:
+        return all(plan_bytes(ctx, b, s) <= budgets[s] for s in range(len(budgets)))
+    return max(0, largest(1, limit, ok))

@@ -124,3 +124,39 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         notes.append(f"conv state at full kernel width in {model_dt.name}, SSM/recurrent state in "
                      f"{(kvd.state or dtypes.KV_DTYPES['fp32']).name}")
     return Prepared(selected, spec, kvd, tuple(notes), model_dt)
+
+
+# ---------------------------------------------------------------------------------------------- budget, capacity
+def budget(prepared: Prepared, spec: ModelSpec, gpu, stage: int, weights: int, opts: dict[str, Any],
+           reserve: int | None, dtype_bytes: int):
+    """transformers: weights + cache + activations in one process, no paging; activations depend on the batch,
+    so the budget here excludes them and fits() charges them per request shape."""
+    from kvplan.engines import base, overhead
+
+    other = reserve if reserve is not None else overhead.CUDA_CONTEXT_BYTES
+    parts = (("total", gpu.cuda_total), ("weights", -weights),
+             ("reserve (--reserve)" if reserve is not None else "CUDA context (estimate)", -other))
+    return base.Budget(gpu.cuda_total - weights - other, parts,
+                       ("activations of the prefill are charged per batch x ctx (engines/overhead.py)",))
+
+
+def fits(prepared: Prepared, ctx: int, batch: int, budgets: list[int]) -> bool:
+    from kvplan.engines import overhead
+
+    act = overhead.hf_activation(prepared.spec, batch, ctx, prepared.kvd.k.block_bytes)
+    return prepared.plan(ctx, batch).kv_bytes + act <= budgets[0]
+
+
+def max_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
+    from kvplan.engines import base
+
+    return max(0, base.largest(1, 1 << 16, lambda b: fits(prepared, ctx, b, budgets)))
+
+
+def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], opts: dict[str, Any],
+             gpu, max_model_len: int | None):
+    from kvplan.engines import base
+
+    b = max_batch(prepared, ctx, budgets)
+    tokens = max(0, base.largest(1, max(max_model_len or 0, ctx) * 4, lambda c: fits(prepared, c, 1, budgets)))
+    return base.Capacity(b, tokens, float(b), None, b > 0, None if b else "one sequence does not fit next to the weights")

@@ -197,3 +197,41 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         notes.append(selected.note)
     caches = tuple(tuple((i, c) for i, c in st if c.kind != "cross") for st in base.stage_caches(spec, pp))
     return Prepared(selected, spec, caches, kvd, unified, ubatch, swa_full, flash_attn, pp, tuple(notes))
+
+
+# ---------------------------------------------------------------------------------------------- budget, capacity
+LLAMA_MAX_SEQ = 256  # llama.cpp's sequence limit (-np)
+
+
+def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int, weights: int,
+           opts: dict[str, Any], reserve: int | None, dtype_bytes: int) -> base.Budget:
+    """Device total minus weights, the compute buffer estimate and the 1 GiB margin llama.cpp's --fit keeps."""
+    from kvplan.engines import overhead
+
+    if reserve is not None:
+        parts = [("reserve (--reserve)", -reserve)]
+    else:
+        parts = [("compute buffer at ubatch (estimate)", -overhead.llamacpp_compute(spec, prepared.ubatch)),
+                 ("CUDA context (estimate)", -overhead.CUDA_CONTEXT_BYTES),
+                 ("margin (common_fit_params: 1 GiB)", -overhead.LLAMACPP_MARGIN_BYTES)]
+    parts = [("total", gpu.cuda_total), ("weights", -weights), *parts]
+    return base.Budget(sum(v for _, v in parts), tuple(parts))
+
+
+def fits(prepared: Prepared, ctx: int, batch: int, budgets: list[int]) -> bool:
+    return all(prepared.stage_bytes(ctx, batch, s) <= budgets[s] for s in range(len(prepared.stages)))
+
+
+def max_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
+    return max(0, base.largest(1, 1 << 20, lambda b: fits(prepared, ctx, b, budgets)))
+
+
+def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], opts: dict[str, Any],
+             gpu: base.GpuContext, max_model_len: int | None) -> base.Capacity:
+    limit = max(max_model_len or 0, ctx) * 4
+    tokens = max(0, base.largest(1, limit, lambda c: fits(prepared, c, 1, budgets)))
+    b = max_batch(prepared, ctx, budgets)
+    start = fits(prepared, ctx, 1, budgets)
+    return base.Capacity(b, tokens, float(b), LLAMA_MAX_SEQ, start,
+                         None if start else "llama.cpp cannot allocate the KV cache for one sequence of this context",
+                         None, {"flags": f"-np {max(b, 1)} -c {max(b, 1) * ctx}"})

@@ -61,6 +61,7 @@ class Prepared:
     hybrid_swa: bool
     state: tuple[dtypes.DType, dtypes.DType]
     assumptions: tuple[str, ...]
+    max_total_tokens: int | None = None
 
     def _token_bytes(self, c: LayerCache) -> int:
         if c.kind == "mla":
@@ -140,7 +141,9 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     state = (kvd.state or model_dt, kvd.state or dtypes.KV_DTYPES["fp32"])
     if any(c.kind in ("mamba_state", "linear_state") for _, c in spec.caches):
         notes.append(f"Mamba state per request: conv kernel-1 in {state[0].name}, SSM in {state[1].name}")
-    return Prepared(selected, spec, tuple(base.stage_caches(spec, pp)), kvd, page, tp, pp, hybrid_swa, state, tuple(notes))
+    cap = opts.get("max_total_tokens")
+    return Prepared(selected, spec, tuple(base.stage_caches(spec, pp)), kvd, page, tp, pp, hybrid_swa, state, tuple(notes),
+                    int(cap) if cap else None)
 
 
 def default_mem_fraction(gpu_mib: int | None, tp: int, pp: int, rules: Rules, mla: bool) -> float:
@@ -169,3 +172,83 @@ def default_mem_fraction(gpu_mib: int | None, tp: int, pp: int, rules: Rules, ml
 
 def cdiv_page(n: int, page: int) -> int:
     return cdiv(n, page) * page
+
+
+# ---------------------------------------------------------------------------------------------- budget, capacity
+def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int, weights: int,
+           opts: dict[str, Any], reserve: int | None, dtype_bytes: int) -> base.Budget:
+    """profile_max_num_token: pre = free memory after NCCL init, post = pre - weights;
+    rest = post - pre x (1 - mem_fraction_static), i.e. KV = mem_fraction_static x pre - weights."""
+    from kvplan.engines import overhead
+
+    mla = any(c.kind == "mla" for _, c in spec.caches)
+    nvml_mib = (gpu.nvml_total or gpu.cuda_total) >> 20
+    f = opts.get("mem_fraction_static")
+    f = float(f) if f else default_mem_fraction(nvml_mib, prepared.tp, prepared.pp, prepared.selected.rules, mla)
+    pre = gpu.cuda_total - overhead.CUDA_CONTEXT_BYTES - (overhead.NCCL_BYTES if prepared.tp * prepared.pp > 1 else 0)
+    if reserve is not None:
+        pre = gpu.cuda_total - reserve
+    parts = (("free after NCCL init (estimate)", pre), ("x mem_fraction_static", int(pre * f) - pre), ("weights", -weights))
+    notes = (f"mem_fraction_static {f}" + ("" if opts.get("mem_fraction_static") else " (SGLang default for this GPU)"),)
+    return base.Budget(int(pre * f) - weights, parts, notes)
+
+
+def _token_pool(prepared: Prepared, budgets: list[int]) -> int:
+    """max_total_num_tokens: int(rest) // cell, min over stages, --max-total-tokens cap, floored to the page."""
+    counts = []
+    for s, caches in enumerate(prepared.caches):
+        cell = sum(prepared._token_bytes(c) for _, c in caches if c.kind in ("full", "sliding", "chunked", "mla", "cross"))
+        if cell:
+            counts.append(max(0, budgets[s]) // cell)
+    n = min(counts) if counts else 0
+    if prepared.max_total_tokens:
+        n = min(n, prepared.max_total_tokens)
+    return n // prepared.page * prepared.page
+
+
+def max_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
+    if prepared.hybrid_swa:
+        return _hybrid_swa_batch(prepared, ctx, _token_pool(prepared, budgets))
+    if any(c.kind in ("cross", "mamba_state", "linear_state") for st in prepared.caches for _, c in st):
+        # fixed-size per-request state (Mamba slots, cross K/V): charge whole requests against the budget
+        return base.max_batch_by_bytes(prepared.stage_bytes, budgets, ctx)
+    per = base.pad_to(ctx, prepared.page)
+    return _token_pool(prepared, budgets) // per if per else 0
+
+
+SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio default
+
+
+def _hybrid_swa_batch(prepared: Prepared, ctx: int, cap: int) -> int:
+    """_resolve_hybrid_swa_tokens: the pool of cap tokens (cell = F x n_full + S x n_swa) split into a full pool
+    and an SWA pool of ratio r; a request needs ctx full tokens and min(ctx, window) SWA tokens."""
+    caches = prepared.caches[0]
+    full = sum(prepared._token_bytes(c) for _, c in caches if c.kind in ("full", "mla"))
+    swa = sum(prepared._token_bytes(c) for _, c in caches if c.kind in ("sliding", "chunked"))
+    r = SWA_FULL_TOKENS_RATIO
+    full_tokens = int(cap * (full + swa) / (full + r * swa)) // prepared.page * prepared.page if full + swa else 0
+    swa_tokens = int(full_tokens * r) // prepared.page * prepared.page
+    windows = [getattr(c, "window", 0) or c.chunk for _, c in caches if c.kind in ("sliding", "chunked")]
+    need_full = base.pad_to(ctx, prepared.page)
+    need_swa = base.pad_to(min(ctx, max(windows)), prepared.page) if windows else 0
+    b = full_tokens // need_full
+    return min(b, swa_tokens // need_swa) if need_swa else b
+
+
+def fits(prepared: Prepared, ctx: int, batch: int, budgets: list[int]) -> bool:
+    if not prepared.hybrid_swa and any(c.kind in ("cross", "mamba_state", "linear_state") for st in prepared.caches for _, c in st):
+        return all(prepared.stage_bytes(ctx, batch, s) <= budgets[s] for s in range(len(prepared.caches)))
+    return batch <= max_batch(prepared, ctx, budgets)
+
+
+def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], opts: dict[str, Any],
+             gpu: base.GpuContext, max_model_len: int | None) -> base.Capacity:
+    n = _token_pool(prepared, budgets)
+    context_len = int(opts.get("context_length") or max_model_len or ctx)
+    est = min(max(int(n / context_len * 512), 2048), 4096) if context_len else 2048
+    user = opts.get("max_running_requests")
+    cap = min(int(user), est) if user else min(est, n // 2)  # _resolve_max_num_reqs
+    start = n > 0
+    message = None if start else "Not enough memory. Please try to increase --mem-fraction-static. (SGLang refuses to start)"
+    return base.Capacity(max_batch(prepared, ctx, budgets), n, round(n / ctx, 2) if ctx else None, cap, start, message,
+                         None, {"max_total_num_tokens": n, "page_size": prepared.page, "context_len": context_len})

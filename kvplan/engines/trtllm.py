@@ -48,6 +48,7 @@ class Prepared:
     pp: int
     state: dtypes.DType
     assumptions: tuple[str, ...]
+    max_tokens: int | None = None
 
     def token_bytes(self, c: LayerCache) -> int:
         """get_cache_size_per_token for one layer: kv_factor x heads x head dim x element size."""
@@ -57,7 +58,7 @@ class Prepared:
         return self.kvd.k.nbytes(h * c.head_dim_k) + self.kvd.v.nbytes(h * c.head_dim_v)
 
     def bytes_per_token(self, stage: int) -> int:
-        return sum(self.token_bytes(c) for _, c in self.stages[stage] if c.kind in ("full", "sliding", "chunked", "mla", "cross"))
+        return sum(self.token_bytes(c) for _, c in self.stages[stage] if c.kind in ("full", "sliding", "chunked", "mla"))
 
     def _tokens(self, c: LayerCache, ctx: int) -> int:
         if c.kind in ("sliding", "chunked"):
@@ -122,4 +123,63 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     if selected.note:
         notes.append(selected.note)
     state = kvd.state or base.serving_dtype(spec)
-    return Prepared(selected, tuple(base.stage_caches(spec, pp)), kvd, tpb, tp, pp, state, tuple(notes))
+    cap = opts.get("max_tokens")
+    return Prepared(selected, tuple(base.stage_caches(spec, pp)), kvd, tpb, tp, pp, state, tuple(notes), int(cap) if cap else None)
+
+
+# ---------------------------------------------------------------------------------------------- budget, capacity
+DEFAULT_MAX_BATCH_SIZE = 2048  # LLM API BuildConfig.max_batch_size default
+
+
+def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int, weights: int,
+           opts: dict[str, Any], reserve: int | None, dtype_bytes: int) -> base.Budget:
+    """KvCacheCreator (PyTorch backend): free_gpu_memory_fraction x (memory free after weights and the
+    profiling peak at max_num_tokens)."""
+    from kvplan.engines import overhead
+
+    frac = float(opts.get("free_gpu_memory_fraction") or 0.9)
+    if reserve is not None:
+        other = reserve
+        parts = [("reserve (--reserve)", -reserve)]
+    else:
+        act = overhead.forward_activation(spec, overhead.TRTLLM_MAX_NUM_TOKENS, prepared.tp, dtype_bytes)
+        ctxb = overhead.CUDA_CONTEXT_BYTES + (overhead.NCCL_BYTES if prepared.tp * prepared.pp > 1 else 0)
+        other = act + ctxb
+        parts = [("activation peak at max_num_tokens 8192 (estimate)", -act), ("CUDA context/NCCL (estimate)", -ctxb)]
+    free = gpu.cuda_total - weights - other
+    kv = int(free * frac)
+    parts = [("total", gpu.cuda_total), ("weights", -weights), *parts, (f"x free_gpu_memory_fraction {frac}", kv - free)]
+    return base.Budget(kv, tuple(parts), (f"free_gpu_memory_fraction {frac}" + ("" if opts.get("free_gpu_memory_fraction") else " (default)"),))
+
+
+def _max_tokens(prepared: Prepared, budgets: list[int]) -> int:
+    """max_tokens = kv // bytes_per_token (min over stages, min with --max-tokens), rounded UP to whole blocks
+    as the July 2025 PyTorch-backend log shows (860,308 requested -> 860,320 = 26,885 x 32)."""
+    counts = [max(0, budgets[s]) // prepared.bytes_per_token(s) for s in range(len(prepared.stages)) if prepared.bytes_per_token(s)]
+    n = min(counts) if counts else 0
+    if prepared.max_tokens:
+        n = min(n, prepared.max_tokens)
+    return cdiv(n, prepared.tpb) * prepared.tpb if prepared.selected.rules.blocks_round_up else n // prepared.tpb * prepared.tpb
+
+
+def max_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
+    tokens = _max_tokens(prepared, budgets)
+    blocks = tokens // prepared.tpb
+    per = cdiv(ctx, prepared.tpb)
+    if any(c.kind in ("sliding", "chunked", "cross", "mamba_state", "linear_state") for st in prepared.stages for _, c in st):
+        # window pools / state: charge a request's bytes against the budget
+        return min(max(0, budgets[s]) // max(1, prepared.stage_bytes(ctx, 1, s)) for s in range(len(prepared.stages)))
+    return blocks // per if per else 0
+
+
+def fits(prepared: Prepared, ctx: int, batch: int, budgets: list[int]) -> bool:
+    return batch <= max_batch(prepared, ctx, budgets)
+
+
+def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], opts: dict[str, Any],
+             gpu: base.GpuContext, max_model_len: int | None) -> base.Capacity:
+    tokens = _max_tokens(prepared, budgets)
+    cap = int(opts.get("max_batch_size") or DEFAULT_MAX_BATCH_SIZE)
+    return base.Capacity(max_batch(prepared, ctx, budgets), tokens, round(tokens / ctx, 2) if ctx else None, cap,
+                         tokens > 0, None if tokens > 0 else "no memory left for the KV cache", None,
+                         {"blocks": tokens // prepared.tpb, "tokens_per_block": prepared.tpb})

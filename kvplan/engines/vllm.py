@@ -13,7 +13,7 @@ from typing import Any
 
 from kvplan import dtypes
 from kvplan.dtypes import DType
-from kvplan.engines import base
+from kvplan.engines import base, overhead
 from kvplan.engines.base import CachePlan, Knob, KVDtypes, PlanGroup, Request, cdiv, tensor
 from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
@@ -427,3 +427,90 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
 def format_gib(value_bytes: int, rules: Rules) -> str:
     x = value_bytes / (1 << 30)
     return str(round(x, 2)) if rules.gib_round else f"{x:.2f}"
+
+
+# ---------------------------------------------------------------------------------------------- budget, capacity
+def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int, weights: int,
+           opts: dict[str, Any], reserve: int | None, dtype_bytes: int) -> base.Budget:
+    """Worker.determine_available_memory: requested = total x gpu_memory_utilization (ceil since ~0.15), minus
+    weights, the profile run's activation peak, non-torch memory and (>= 0.22) CUDA-graph memory."""
+    import math
+
+    rules = prepared.selected.rules
+    util = float(opts.get("gpu_memory_utilization") or rules.gpu_memory_utilization)
+    requested = math.ceil(gpu.cuda_total * util) if rules.gib_round else int(gpu.cuda_total * util)
+    parts = [("requested (total x gpu_memory_utilization)", requested), ("weights", -weights)]
+    notes = [f"gpu_memory_utilization {util}" + ("" if opts.get("gpu_memory_utilization") else f" (vLLM {prepared.selected.version} default)")]
+    if reserve is not None:
+        parts.append(("reserve (--reserve)", -reserve))
+    else:
+        seqs = int(opts.get("max_num_seqs") or default_max_num_seqs_for(gpu))
+        act = overhead.vllm_activation(spec, prepared.max_num_batched_tokens, seqs, prepared.tp, dtype_bytes)
+        parts.append(("activation peak (estimate)", -act))
+        parts.append(("non-torch memory (estimate)", -overhead.vllm_non_torch(prepared.tp, prepared.pp)))
+        if rules.cudagraph_charged:
+            parts.append(("CUDA graphs (estimate)", -overhead.VLLM_CUDAGRAPH_BYTES))
+        notes.append("non-KV memory estimated (engines/overhead.py); --reserve BYTES replaces the estimate")
+    return base.Budget(sum(v for _, v in parts), tuple(parts), tuple(notes))
+
+
+def default_max_num_seqs_for(gpu: base.GpuContext) -> int:
+    """1024 on >= 70 GiB GPUs other than A100, else 256 (EngineArgs._set_default_args)."""
+    big = gpu.gib >= 70 and "a100" not in (gpu.name or "").lower()
+    return 1024 if big else 256
+
+
+def _num_blocks(prepared: Prepared, budgets: list[int]) -> int:
+    """Across workers vLLM takes the minimum block count (get_kv_cache_configs)."""
+    counts = []
+    for s, st in enumerate(prepared.stages):
+        if st.bytes_per_block <= 0:
+            continue
+        counts.append(max(0, budgets[s]) // st.bytes_per_block)
+    return min(counts) if counts else 0
+
+
+def fits(prepared: Prepared, ctx: int, batch: int, budgets: list[int]) -> bool:
+    usable = _num_blocks(prepared, budgets) - 1  # block 0 is the null block
+    return all(batch * prepared.blocks_per_request(ctx, s) <= usable for s in range(len(prepared.stages)))
+
+
+def max_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
+    usable = _num_blocks(prepared, budgets) - 1
+    per = max(prepared.blocks_per_request(ctx, s) for s in range(len(prepared.stages)))
+    return max(0, usable // per) if per else 0
+
+
+def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], opts: dict[str, Any],
+             gpu: base.GpuContext, max_model_len: int | None) -> base.Capacity:
+    rules = prepared.selected.rules
+    num_blocks = _num_blocks(prepared, budgets)
+    # the engine prints its capacity for its max_model_len (vllm serve: the model maximum unless --max-model-len)
+    mml = int(opts.get("max_model_len") or max_model_len or ctx)
+    stage = prepared.limiting_stage(mml)
+    st = prepared.stages[stage]
+    bpr = prepared.blocks_per_request(mml, stage)
+    concurrency = num_blocks / bpr if bpr else None  # printed with the null block included
+    if rules.tokens_from_concurrency:
+        tokens = int(concurrency * mml) if concurrency is not None else 0
+    else:  # (num_blocks // kv groups) x block size (_report_kv_cache_config, <= 0.19)
+        tokens = (num_blocks // max(1, len(st.groups))) * st.block_size
+    cap = int(opts.get("max_num_seqs") or default_max_num_seqs_for(gpu))
+    # start-up check (_check_enough_kv_cache_memory) at the same max_model_len
+    avail = min(budgets)
+    needed = max(prepared.request_bytes(mml, s) for s in range(len(prepared.stages)))
+    if rules.null_block_before_fit:
+        avail -= st.bytes_per_block
+    start, message, suggested = True, None, None
+    if min(budgets) <= 0:
+        start, message = False, "No available memory for the cache blocks (vLLM refuses to start)"
+    elif needed > avail:
+        suggested = base.largest(1, mml, lambda m: max(prepared.request_bytes(m, s) for s in range(len(prepared.stages))) <= avail)
+        start = False
+        message = (f"vLLM refuses to start with max_model_len {mml:,}: one request needs {needed / (1 << 30):.2f} GiB of KV "
+                   f"cache, {avail / (1 << 30):.2f} GiB available; estimated maximum model length {suggested:,}")
+    details = {"num_gpu_blocks": num_blocks, "usable_blocks": max(0, num_blocks - 1), "blocks_per_request": bpr,
+               "block_size": st.block_size, "bytes_per_block": st.bytes_per_block, "max_model_len": mml,
+               "available_kv_printed": f"{format_gib(min(budgets), rules)} GiB"}
+    return base.Capacity(max_batch(prepared, ctx, budgets), tokens, round(concurrency, 2) if concurrency is not None else None,
+                         cap, start, message, suggested, details)

@@ -1,0 +1,77 @@
+"""Memory that is neither weights nor KV: the documented estimates the budget rules use, with provenance.
+
+These are estimates (the engines measure them with a profiling run on the real GPU); `--reserve BYTES` replaces
+the whole non-KV estimate, `--kv-budget BYTES` skips the budget model. The constants were fixed BEFORE the
+engine-log cases were scored (README, "Capacity predictions"); which cases informed each is stated here.
+"""
+
+from __future__ import annotations
+
+from kvplan.spec import ModelSpec
+
+MiB, GiB = 1 << 20, 1 << 30
+
+# CUDA context of one process: 287,047,680 B (lazy module loading, the Linux default since CUDA 12.2) to
+# 666,632,192 B (eager) per PyTorch PR #86509 (engines.md §6). Charged only where an engine budgets from the
+# free memory it sees after starting (SGLang, TensorRT-LLM, transformers, llama.cpp); vLLM takes its baseline
+# after the context and budgets a fraction of the TOTAL, so the context sits in the unused (1 - util) share.
+CUDA_CONTEXT_BYTES = 512 * MiB
+
+# NCCL communicator buffers per GPU when tp*pp > 1 ("typically a few hundred MiB", engines.md §6).
+NCCL_BYTES = 256 * MiB
+
+# vLLM non-torch memory that appears after its baseline (cuBLAS workspaces, NCCL first use): engines.md §1.4
+# gives 0.1-0.6 GiB on H100; the llm-d measurements (engine-logs case vllm-mistral-small-3.2-24b) show 0.14 GiB
+# on one GPU. We use 0.14 GiB on one GPU and add NCCL_BYTES with tensor/pipeline parallelism.
+VLLM_NON_TORCH_BYTES = int(0.14 * GiB)
+
+# vLLM >= 0.22 charges CUDA-graph memory (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default). Public 0.2x
+# startup logs print "Estimated CUDA graph memory: 0.26 GiB total" (vllm PR #30515) and "0.36 GiB total"
+# (gpustack/runner PR #251); we charge the larger. No engine-log case here runs >= 0.22, so it is unscored.
+VLLM_CUDAGRAPH_BYTES = int(0.36 * GiB)
+
+# vLLM's profile run peak: the larger of the dummy forward over max_num_batched_tokens and the dummy sampler
+# run over max_num_seqs requests. Forward: every token's hidden state plus the gate/up/down MLP intermediates
+# (this GPU's share) in the model dtype. Sampler: fp32 logits [max_num_seqs, vocab] and three same-sized
+# temporaries (softmax/sort for top-p/top-k). Informed by the two cases that state their activation share:
+# vllm-mistral-small-3.2-24b-h100 (activation 2.12 GiB with max_num_seqs 1024, vocab 131,072) and
+# vllm-qwen2-7b-a100-80gb-tp1 (5.01 GiB left of 0.25 x total after 14.25 GiB of weights).
+SAMPLER_FP32_COPIES = 4
+
+
+def vllm_activation(spec: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int, dtype_bytes: int) -> int:
+    w = spec.widths
+    forward = max_num_batched_tokens * (w.hidden + 3 * w.intermediate // tp) * dtype_bytes
+    sampler = SAMPLER_FP32_COPIES * max_num_seqs * w.vocab * 4
+    return max(forward, sampler)
+
+
+def vllm_non_torch(tp: int, pp: int) -> int:
+    return VLLM_NON_TORCH_BYTES + (NCCL_BYTES if tp * pp > 1 else 0)
+
+
+# TensorRT-LLM PyTorch backend: the dummy requests at max_num_tokens (default 8192) peak like vLLM's forward.
+TRTLLM_MAX_NUM_TOKENS = 8192
+
+
+def forward_activation(spec: ModelSpec, tokens: int, tp: int, dtype_bytes: int) -> int:
+    w = spec.widths
+    return tokens * (w.hidden + 3 * w.intermediate // tp) * dtype_bytes
+
+
+# llama.cpp compute buffer (the graph's scratch at n_ubatch tokens). The ollama case (gemma-3-4b, ubatch 512)
+# reports "203 compute" MiB; we scale hidden x ubatch with the factor that case implies (~40 fp32 rows per
+# token-width) and add the fit margin llama.cpp keeps (common_fit_params target margin: 1 GiB per device).
+LLAMACPP_COMPUTE_ROWS = 40
+LLAMACPP_MARGIN_BYTES = 1 * GiB
+
+
+def llamacpp_compute(spec: ModelSpec, ubatch: int) -> int:
+    return ubatch * spec.widths.hidden * 4 * LLAMACPP_COMPUTE_ROWS
+
+
+def hf_activation(spec: ModelSpec, batch: int, ctx: int, dtype_bytes: int) -> int:
+    """transformers generate(): the prefill forward of batch x ctx tokens (hidden + MLP intermediates) and the
+    fp32 logits of the last position only (logits_to_keep=1)."""
+    w = spec.widths
+    return batch * ctx * (w.hidden + 3 * w.intermediate) * dtype_bytes + batch * w.vocab * 4

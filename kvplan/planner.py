@@ -1,0 +1,202 @@
+"""`kvplan fit`: the largest batch for a context, the largest context for a batch, the batch x context frontier.
+
+Budgets come from the engine's own rule (engines/<engine>.py `budget`), or from `--kv-budget` (the KV memory
+an engine reported). Solving uses the same prepared layout (and so the same CachePlan) as `size`, in integers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kvplan import JSON_SCHEMA, catalog
+from kvplan.engines.base import Budget, Capacity, GpuContext, largest
+from kvplan.errors import InputError, KvplanError
+from kvplan.gpus import GpuSelection
+from kvplan.sizing import EngineOptions, ModelOptions, Setup, setup as make_setup
+
+DEFAULT_CATALOG_CTX = 4096
+UNBOUNDED_MAX_CTX = 1 << 20  # search limit for models without a position limit (state-space models)
+
+
+@dataclass(frozen=True)
+class FitResult:
+    setup: Setup
+    gpu: GpuSelection
+    ctx: int
+    requested_ctx: int
+    batch: int
+    weight_bytes: int
+    budgets: tuple[Budget, ...]
+    capacity: Capacity
+    max_batch: int
+    max_ctx: int
+    fits: bool
+    frontier: tuple[tuple[int, int], ...] | None
+    warnings: tuple[str, ...]
+    assumptions: tuple[str, ...]
+    replicas: int = 1
+
+    @property
+    def kv_budget_bytes(self) -> int:
+        return min(b.kv_bytes for b in self.budgets)
+
+    @property
+    def weights_fit(self) -> bool:
+        return self.kv_budget_bytes > 0
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.capacity
+        out = {
+            "model": self.setup.ref.to_json(),
+            "ctx": self.ctx,
+            "ctx_clamped": self.ctx != self.requested_ctx,
+            "batch": self.batch,
+            "model_max_ctx": self.setup.max_ctx,
+            "weight_bytes": self.weight_bytes,
+            "weights_fit": self.weights_fit,
+            "kv_budget_bytes": self.kv_budget_bytes,
+            "kv_capacity_tokens": c.kv_capacity_tokens,
+            "max_batch": self.max_batch,
+            "engine_batch_cap": c.engine_batch_cap,
+            "concurrency": c.concurrency,
+            "max_ctx": self.max_ctx,
+            "fits": self.fits,
+            "engine_would_start": c.engine_would_start,
+            "engine_start_message": c.start_message,
+            "suggested_max_model_len": c.suggested_max_ctx,
+            "kv_bytes_per_token": self.setup.prepared.plan(self.ctx, 1).kv_bytes_per_token,
+            "kv_dtype": self.setup.kvd.label,
+            "weight_dtype": self.setup.weight_format.name,
+            "replicas": self.replicas,
+            "budget": [{"stage": i, "kv_bytes": b.kv_bytes, "parts": [{"what": k, "bytes": v} for k, v in b.parts]}
+                       for i, b in enumerate(self.budgets)],
+            "engine_details": c.details,
+            "assumptions": list(self.assumptions),
+            "warnings": list(self.warnings),
+        }
+        if self.frontier is not None:
+            out["frontier"] = [{"ctx": x, "max_batch": b} for x, b in self.frontier]
+        return out
+
+
+def gpu_context(gpu: GpuSelection) -> GpuContext:
+    g = gpu.gpu
+    return GpuContext(g.name if g.vendor != "generic" else None, g.cuda_total_bytes, g.nvml_bytes, gpu.count)
+
+
+def parallelism(gpu: GpuSelection, tp: int | None, pp: int | None) -> tuple[int, int, int]:
+    """NxGPU: tensor parallel defaults to N unless --tp/--pp say otherwise; spare GPUs run replicas."""
+    if tp is None and pp is None:
+        tp, pp = gpu.count, 1
+    tp, pp = tp or 1, pp or 1
+    if tp * pp > gpu.count:
+        raise InputError(f"--tp {tp} x --pp {pp} needs {tp * pp} GPUs; {gpu.requested} has {gpu.count}")
+    return tp, pp, gpu.count // (tp * pp)
+
+
+def _frontier_points(max_ctx: int | None) -> list[int]:
+    top = max_ctx or UNBOUNDED_MAX_CTX
+    points, c = [], 1024
+    while c < top:
+        points.append(c)
+        c *= 2
+    points.append(top)
+    return points
+
+
+def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int | None, batch: int = 1, *,
+              kv_budget: int | None = None, reserve: int | None = None, frontier: bool = False,
+              tp: int | None = None, pp: int | None = None, loaded=None) -> FitResult:
+    tp, pp, replicas = parallelism(gpu, tp, pp)
+    eo = replace(eo, tp=tp, pp=pp)
+    dev = gpu_context(gpu)
+    s = make_setup(mo, eo, gpu={"gpu_name": dev.name or "", "gpu_total_gib": dev.gib}, loaded=loaded)
+    module = s.engine.module
+    opts = {k: v for k, v in eo.knobs.items() if v is not None}
+    warnings: list[str] = list(s.ref.notes)
+    assumptions: list[str] = []
+    model_max = s.max_ctx
+    requested = ctx if ctx is not None else (min(DEFAULT_CATALOG_CTX, model_max) if model_max else DEFAULT_CATALOG_CTX)
+    ctx = requested
+    if model_max is not None and ctx > model_max:
+        ctx = model_max
+        warnings.append(f"ctx {requested:,} clamped to the model maximum {model_max:,} ({s.max_ctx_source})")
+    dtype_bytes = s.kvd.k.block_bytes if not s.kvd.k.is_block else 2
+    weight_per_stage = [s.weight_bytes(stage) for stage in range(pp)]
+    if kv_budget is not None:
+        budgets = tuple(Budget(kv_budget, (("KV budget (--kv-budget)", kv_budget),)) for _ in range(pp))
+        assumptions.append(f"KV budget {kv_budget:,} B per GPU given (--kv-budget): the budget model is skipped")
+    else:
+        budgets = tuple(module.budget(s.prepared, s.spec, dev, stage, weight_per_stage[stage], opts, reserve, dtype_bytes)
+                        for stage in range(pp))
+        for b in budgets[:1]:
+            assumptions.extend(b.notes)
+    kv = [b.kv_bytes for b in budgets]
+    cap = module.capacity(s.prepared, s.spec, ctx, kv, opts, dev, model_max)
+    engine_cap = cap.engine_batch_cap
+    max_b = min(cap.max_batch, engine_cap) if engine_cap else cap.max_batch
+    limit = model_max or UNBOUNDED_MAX_CTX
+    max_ctx = max(0, largest(1, limit, lambda c: module.fits(s.prepared, c, batch, kv))) if min(kv) > 0 else 0
+    front = None
+    if frontier:
+        front = []
+        for point in _frontier_points(model_max):
+            b = module.max_batch(s.prepared, point, kv) if min(kv) > 0 else 0
+            front.append((point, min(b, engine_cap) if engine_cap else b))
+        front = tuple(front)
+    plan = s.prepared.plan(ctx, 1)
+    assumptions.extend(plan.assumptions)
+    assumptions.append(f"weights: {s.weight_format.description}")
+    if replicas > 1:
+        assumptions.append(f"{gpu.count} GPUs with tp {tp} x pp {pp}: figures are per engine instance ({replicas} replicas fit)")
+    if not cap.engine_would_start and cap.start_message:
+        warnings.append(cap.start_message)
+    fits = min(kv) > 0 and max_b >= 1
+    stage = plan.limiting_stage
+    return FitResult(s, gpu, ctx, requested, batch, weight_per_stage[stage], budgets, cap, max_b, max_ctx, fits, front,
+                     tuple(warnings), tuple(assumptions), replicas)
+
+
+@dataclass(frozen=True)
+class FitReport:
+    gpu: GpuSelection
+    engine: str
+    tp: int
+    pp: int
+    results: tuple[FitResult, ...]
+    errors: tuple[tuple[str, str], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "schema": JSON_SCHEMA,
+            "gpu": self.gpu.to_json(),
+            "engine": self.engine,
+            "tp": self.tp,
+            "pp": self.pp,
+            "results": [r.to_json() for r in self.results],
+            "errors": [{"model": m, "error": e} for m, e in self.errors],
+        }
+
+
+def fit(models: list[str] | None, eo: EngineOptions, gpu: GpuSelection, ctx: int | None, batch: int = 1, *,
+        mo_template: ModelOptions | None = None, kv_budget: int | None = None, reserve: int | None = None,
+        tp: int | None = None, pp: int | None = None) -> FitReport:
+    """One model (with its frontier) or, without models, the whole bundled catalog at ctx (default 4096)."""
+    template = mo_template or ModelOptions("")
+    results, errors = [], []
+    one = models is not None and len(models) == 1
+    refs = models if models else [m.aliases[0] if m.aliases else m.repo_id for m in catalog.bundled_models()]
+    for ref in refs:
+        try:
+            results.append(fit_model(replace(template, model=ref), eo, gpu, ctx, batch, kv_budget=kv_budget,
+                                     reserve=reserve, frontier=one, tp=tp, pp=pp))
+        except KvplanError as e:
+            if one:
+                raise
+            errors.append((ref, str(e)))
+    if not one:
+        results.sort(key=lambda r: (not r.fits, -(r.max_batch or 0), -(r.capacity.kv_capacity_tokens or 0), r.setup.ref.requested))
+    ptp, ppp, _ = parallelism(gpu, tp, pp)
+    engine = results[0].setup.engine.label if results else (eo.engine or "vllm")
+    return FitReport(gpu, engine, ptp, ppp, tuple(results), tuple(errors))
