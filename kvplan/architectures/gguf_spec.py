@@ -246,15 +246,12 @@ def _latent(k: _Keys, kv_heads: int, key_len: int) -> LatentAttention | None:
     return LatentAttention(rank, rope, heads, int(k_mla) - rope, int(v_mla))
 
 
-def _caches(h: GGUFHeader, a: Arch) -> tuple[list[tuple[int, LayerCache]], int, list[str]]:
-    k = _Keys(h)
-    n = k.int("block_count")
-    k.check(f"a '{h.architecture}' model")
+def _caches(k: _Keys, a: Arch, n: int) -> tuple[list[tuple[int, LayerCache]], list[str]]:
     attends = a.recurrent != "all" or a.attends_too
     heads = k.per_layer("attention.head_count", n) if attends else [0] * n
     kv = k.per_layer("attention.head_count_kv", n, heads) if attends else [0] * n
     n_embd = k.int("embedding_length") if attends else 0
-    k.check(f"a '{h.architecture}' model")
+    k.check(f"a '{k.arch}' model")
     head0 = next((x for x in heads if x), 0)
     dk = k.int("attention.key_length", n_embd // head0 if head0 else 0)
     dv = k.int("attention.value_length", n_embd // head0 if head0 else 0)
@@ -285,7 +282,7 @@ def _caches(h: GGUFHeader, a: Arch) -> tuple[list[tuple[int, LayerCache]], int, 
             caches.append((il, SlidingWindow(kv[il], dk_swa, dv_swa, window=window)))
         else:
             caches.append((il, FullAttention(kv[il], dk, dv)))
-    return caches, n, notes
+    return caches, notes
 
 
 # ---------------------------------------------------------------------------------------------- weights
@@ -355,14 +352,16 @@ def from_header(h: GGUFHeader, mmproj: GGUFHeader | None = None) -> ModelSpec:
         a = _PLAIN
         notes.append(f"GGUF architecture '{arch}' is not in kvplan's table: read as plain attention from its "
                      "generic keys (no sliding window, no recurrent state)")
-    caches, n, layer_notes = _caches(h, a)
-    notes += layer_notes
     k = _Keys(h)
+    n = k.int("block_count")
     if a.no_position_limit:
         max_ctx, src = None, "none (a state-space model has no position limit)"
-    else:
+    else:  # llama.cpp requires it (n_ctx_train)
         max_ctx, src = k.int("context_length"), f"GGUF {arch}.context_length"
-        k.check(f"a '{arch}' model")
+    caches, layer_notes = _caches(k, a, n)  # names every missing key at once
+    notes += layer_notes
+    if not n:
+        raise ConfigError(f"{h.source}: {arch}.block_count is 0: a model without layers")
     weights = tensor_weights(h.tensors)
     if mmproj is not None:
         weights += tensor_weights(mmproj.tensors, "vision")

@@ -1,0 +1,74 @@
+"""The oracle nobody here wrote: transformers' own model code.
+
+For every bundled config transformers builds natively, kvplan's `params` must equal the meta-device parameter
+count of the architectures[0] class, and `kvplan size --engine hf --kv-dtype fp16`'s `kv_bytes` must equal the
+bytes of every tensor in the cache a real forward (use_cache=True) returns — at a short context and at one beyond
+every sliding window / chunk. The two remote-code families are checked against published module shapes instead.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+oracle = pytest.importorskip("oracle_hf")
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from kvplan import catalog  # noqa: E402
+from kvplan.sizing import EngineOptions, ModelOptions, size  # noqa: E402
+
+BUNDLED = {m.config_path.parent.name: m for m in catalog.bundled_models()}
+NATIVE = sorted(d for d in BUNDLED if oracle.buildable(d))
+SHORT_CTX = 16
+
+
+def long_ctx(config: dict, spec) -> int:
+    """Beyond every window/chunk (8,200 > 8,192) unless the decoder's position table stops earlier; state-space
+    layers scan token by token on meta, so models with them use a short long-context (no window to pass)."""
+    if any(c.kind in ("mamba_state", "linear_state") for _, c in spec.caches):
+        return 300
+    return oracle.default_ctx_long(config)
+
+
+def test_every_bundled_config_is_covered():
+    assert len(NATIVE) == len(BUNDLED) - 2
+    assert set(BUNDLED) - set(NATIVE) == set(oracle.SKIP_REMOTE_CODE)
+
+
+@pytest.mark.parametrize("dirname", NATIVE)
+def test_params_equal_the_meta_device_count(dirname):
+    m = BUNDLED[dirname]
+    config = json.loads(m.config_path.read_text())
+    r = size(ModelOptions(m.repo_id), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX)
+    truth = oracle.hf_param_counts(config)
+    assert r.setup.spec.params == truth["params"]
+    if truth.get("vision_params"):
+        assert r.setup.spec.params_of("vision") == truth["vision_params"]
+    if truth.get("encoder_params"):
+        assert r.setup.spec.params_of("encoder") == truth["encoder_params"]
+
+
+@pytest.mark.parametrize("dirname", NATIVE)
+def test_hf_cache_bytes_equal_a_real_forward(dirname):
+    m = BUNDLED[dirname]
+    config = json.loads(m.config_path.read_text())
+    short = size(ModelOptions(m.repo_id), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX)
+    ctxs = [SHORT_CTX, long_ctx(config, short.setup.spec)]
+    for ctx in ctxs:
+        r = size(ModelOptions(m.repo_id), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
+        truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16", encoder_len=r.setup.spec.encoder_len)
+        assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"
+
+
+def test_remote_code_families_follow_published_shapes():
+    """ChatGLM3-6B and Qwen-7B (v1) are remote code: their published sizes are 6,243,584,000 and 7,721,324,544
+    parameters (model cards: '6.24B', '7.7B'); the KV geometry is the engines.md arithmetic."""
+    glm = size(ModelOptions("chatglm3-6b"), EngineOptions(engine="hf", kv_dtype="fp16"), 8192)
+    # multi_query_group_num 2 KV heads x kv_channels 128 x 28 layers x K,V x 2 B = 28,672 B/token
+    assert glm.plan.kv_bytes_per_token == 2 * 28 * 2 * 128 * 2
+    assert glm.plan.kv_bytes == 8192 * 28672
+    qwen = size(ModelOptions("qwen-7b"), EngineOptions(engine="hf", kv_dtype="fp16"), 8192)
+    assert qwen.plan.kv_bytes_per_token == 2 * 32 * 32 * 128 * 2
+    assert glm.setup.spec.params == 6_243_584_000 and qwen.setup.spec.params == 7_721_324_544
