@@ -1,4 +1,4 @@
-"""The Hugging Face Hub: configs, safetensors headers, `pull` and model search.
+"""The Hugging Face Hub: configs, safetensors headers, GGUF headers (fetch_gguf), `pull` and model search.
 
 The only kvplan module that imports huggingface_hub, and only inside functions, so `import kvplan` stays fast.
 

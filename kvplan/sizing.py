@@ -12,7 +12,7 @@ from kvplan import JSON_SCHEMA, engines, weights
 from kvplan.architectures import normalize
 from kvplan.engines import Engine
 from kvplan.engines.base import CachePlan, KVDtypes
-from kvplan.errors import InputError
+from kvplan.errors import ConfigError, InputError
 from kvplan.resolve import ModelRef, ResolvedModel, resolve
 from kvplan.spec import ModelSpec
 
@@ -88,7 +88,13 @@ def load_spec(mo: ModelOptions) -> tuple[ResolvedModel, ModelSpec]:
     if header is None:
         if mo.mmproj:
             raise InputError("--mmproj applies to a GGUF model (a .gguf file or org/name:file.gguf)")
-        return resolved, normalize(resolved.config, encoder_len=mo.encoder_len)
+        try:
+            spec = normalize(resolved.config, encoder_len=mo.encoder_len)
+        except ConfigError as e:
+            raise ConfigError(f"{mo.model}: {e}") from None
+        if mo.encoder_len and not spec.is_encoder_decoder:
+            raise InputError(f"--encoder-len applies to encoder-decoder models (T5, Whisper); {mo.model} is decoder-only")
+        return resolved, spec
     from kvplan.architectures import gguf_spec
     from kvplan.resolve import read_gguf
 

@@ -44,8 +44,19 @@ def parse_tokens(text: str | int, what: str = "token count") -> int:
 
 
 def parse_count(text: str | int, what: str) -> int:
-    """A positive integer (batch sizes, GPU counts, tp/pp)."""
-    return parse_tokens(text, what)
+    """A positive integer (batch sizes, GPU counts, tp/pp); k/M suffixes accepted as for tokens."""
+    if isinstance(text, bool):
+        raise InputError(f"{what}: expected a positive integer, got {text!r}")
+    if isinstance(text, int):
+        value = text
+    else:
+        m = _TOKEN_RE.match(str(text))
+        if not m:
+            raise InputError(f"{what}: {text!r} is not a positive integer")
+        value = int(m.group(1)) * _TOKEN_SUFFIX[m.group(2).lower()]
+    if value <= 0:
+        raise InputError(f"{what}: must be a positive integer, got {text!r}")
+    return value
 
 
 def parse_bytes(text: str | int, what: str = "size") -> int:

@@ -328,7 +328,6 @@ def cache_report(cache) -> dict:
         extra = e1 + e2
         self_b = sum(l["bytes"] for l in self_layers)
         cross_b = sum(l["bytes"] for l in cross_layers)
-        layers = self_layers
         for l in cross_layers:
             l["cross"] = True
     else:
@@ -336,7 +335,6 @@ def cache_report(cache) -> dict:
         cross_layers = []
         self_b = sum(l["bytes"] for l in self_layers)
         cross_b = 0
-        layers = self_layers
     extra_b = sum(r[3] for r in extra)
     return {
         "cache_class": type(cache).__name__,

@@ -59,7 +59,13 @@ def default_kv_dtype(engine: Engine, spec: ModelSpec) -> dtypes.DType:
 
 def kv_dtypes(engine: Engine, spec: ModelSpec, kv: str | None, k: str | None, v: str | None, state: str | None) -> KVDtypes:
     honours = engine.name in ("vllm", "sglang", "trtllm")
-    return base.resolve_kv_dtypes(spec, default_kv_dtype(engine, spec), kv, k, v, state, honours_checkpoint=honours)
+    kvd = base.resolve_kv_dtypes(spec, default_kv_dtype(engine, spec), kv, k, v, state, honours_checkpoint=honours)
+    allowed = engine.module.KV_DTYPES
+    for d in {kvd.k, kvd.v}:
+        if d.name not in allowed:
+            raise InputError(f"{engine.name} cannot store its KV cache as {d.name}; accepted for {engine.name}: "
+                             f"{', '.join(allowed)}")
+    return kvd
 
 
 def model_max_ctx(engine: Engine, spec: ModelSpec) -> tuple[int | None, str]:

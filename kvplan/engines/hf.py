@@ -25,6 +25,7 @@ class Rules:
 
 
 VERSIONS = [("4.57", Rules(False)), ("5.15", Rules(True))]
+KV_DTYPES = ("fp16", "bf16", "fp32")  # cache dtypes this engine can store
 KNOBS: dict[str, Any] = {}
 
 
@@ -105,10 +106,6 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     if tp > 1 or pp > 1:
         raise InputError("the hf engine (transformers generate) runs the model on one device; --tp/--pp apply to "
                          "vllm, sglang, trtllm (and --pp to llamacpp)")
-    for d in (kvd.k, kvd.v):
-        if d.name not in dtypes.FLOAT_TYPES:
-            raise InputError(f"transformers' DynamicCache stores K/V in the compute dtype; --kv-dtype {d.name} is not "
-                             "an hf layout (accepted: fp16, bf16, fp32)")
     model_dt = kvd.k
     notes = [f"{selected.label} DynamicCache after one forward of ctx tokens (no preallocation, no paging)"]
     if spec.dtype is None:

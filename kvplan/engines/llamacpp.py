@@ -37,6 +37,7 @@ VERSIONS = [
     ("b7000", Rules(True, True, True)),
     ("b7800", Rules(True, True, False)),
 ]
+KV_DTYPES = ("fp32", "fp16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")  # cache dtypes this engine can store
 KNOBS = {
     "parallel": Knob("parallel", int, "-np: sequences (slots); fit reads it as the batch"),
     "ubatch": Knob("ubatch", int, "-ub: physical batch (SWA cells = window + ubatch)"),

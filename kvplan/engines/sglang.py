@@ -24,6 +24,7 @@ class Rules:
 
 
 VERSIONS = [("0.4", Rules(False)), ("0.5", Rules(True))]
+KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2")  # cache dtypes this engine can store
 KNOBS = {
     "page_size": Knob("page_size", int, "tokens per page (SGLang default 1; some attention backends force 64/128)"),
     "mem_fraction_static": Knob("mem_fraction_static", float, "fraction of free memory for weights + KV pool"),

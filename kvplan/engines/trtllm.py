@@ -22,6 +22,7 @@ class Rules:
 
 
 VERSIONS = [("0.10", Rules(64, True)), ("1.0", Rules(32, True))]
+KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3")  # cache dtypes this engine can store
 KNOBS = {
     "tokens_per_block": Knob("tokens_per_block", int, "tokens per KV block (LLM API default 32; trtllm-build 64)"),
     "free_gpu_memory_fraction": Knob("free_gpu_memory_fraction", float, "fraction of free memory for the KV cache"),

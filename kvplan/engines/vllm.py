@@ -44,6 +44,7 @@ VERSIONS: list[tuple[str, Rules]] = [
     ("0.33", Rules(0.92, True, True, True, True, True, (("hopper", 16), ("blackwell", 32), ("other", 16)), 128, True)),
 ]
 
+KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2")  # cache dtypes this engine can store
 KNOBS = {
     "block_size": Knob("block_size", int, "tokens per KV block (vLLM default 16; MLA backends may force 32/64/128)"),
     "max_num_batched_tokens": Knob("max_num_batched_tokens", int, "chunked-prefill token budget (sliding-window reservation)"),
@@ -269,15 +270,15 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
         buckets.setdefault(s, []).append(i)
     sizes = [len(v) for v in buckets.values()]
     group_size = max(sizes) if max(sizes) < 1.5 * min(sizes) else min(sizes)
-    groups, padding = [], 0
+    groups = []
     for s, layers in buckets.items():
         k = cdiv(len(layers), group_size)
-        padding += k * group_size - len(layers)
+        padding = k * group_size - len(layers)
+        if padding:  # vLLM: "Add %d padding layers, may waste at most %.2f%% KV cache memory"
+            notes.append(f"{padding} padding layer slot(s) in the hybrid KV groups (may waste at most "
+                         f"{100 * padding / len(layers):.2f}% of that layer type's KV memory)")
         for j in range(k):
             groups.append(VGroup(s, tuple(layers[j::k]), group_size))
-    if padding:
-        total = len(groups) * group_size
-        notes.append(f"{padding} padding layer slot(s) in the hybrid KV groups (may waste up to {100 * padding / total:.2f}%)")
     page = specs[0][1].page
     return StageLayout(tuple(groups), group_size * page, False, (), max(s.block_size for _, s in specs), tuple(caches),
                        tuple(specs), tuple(notes))
