@@ -107,7 +107,8 @@ def _frontier_points(max_ctx: int | None) -> list[int]:
 
 def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int | None, batch: int = 1, *,
               kv_budget: int | None = None, reserve: int | None = None, frontier: bool = False,
-              tp: int | None = None, pp: int | None = None, loaded=None) -> FitResult:
+              tp: int | None = None, pp: int | None = None, loaded=None, headroom: float = 0.0) -> FitResult:
+    """headroom: the share of every stage's KV budget held back before solving (`kvplan check` key headroom)."""
     tp, pp, replicas = parallelism(gpu, tp, pp)
     eo = replace(eo, tp=tp, pp=pp)
     dev = gpu_context(gpu)
@@ -132,6 +133,9 @@ def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int |
                         for stage in range(pp))
         for b in budgets[:1]:
             assumptions.extend(b.notes)
+    if headroom:
+        budgets = tuple(_hold_back(b, headroom) for b in budgets)
+        assumptions.append(f"headroom: {headroom:.4g} of the KV budget held back before solving")
     kv = [b.kv_bytes for b in budgets]
     cap = module.capacity(s.prepared, s.spec, ctx, kv, opts, dev, model_max)
     engine_cap = cap.engine_batch_cap
@@ -156,6 +160,14 @@ def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int |
     stage = plan.limiting_stage
     return FitResult(s, gpu, ctx, requested, batch, weight_per_stage[stage], budgets, cap, max_b, max_ctx, fits, front,
                      tuple(warnings), tuple(assumptions), replicas)
+
+
+def _hold_back(b: Budget, headroom: float) -> Budget:
+    """The budget with `headroom` of its KV bytes held back (a budget already <= 0 stays as it is)."""
+    if b.kv_bytes <= 0:
+        return b
+    kept = int(b.kv_bytes * (1 - headroom))
+    return Budget(kept, (*b.parts, (f"headroom {headroom:.4g} held back", kept - b.kv_bytes)), b.notes)
 
 
 @dataclass(frozen=True)

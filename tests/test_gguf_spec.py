@@ -413,6 +413,23 @@ def test_remote_header_by_range_requests(fake_hub: FakeHub, tmp_path):
     assert r.code == 2 and "not in the Hugging Face cache" in r.err and "hf download" in r.err
 
 
+def test_remote_cached_file_offline_and_gated(fake_hub: FakeHub, tmp_path):
+    from huggingface_hub import hf_hub_download
+
+    from kvplan import hub
+
+    path = write_gguf(tmp_path / "M-Q8_0.gguf", "llama", LLAMA_8B)
+    commit = fake_hub.add_repo("acme/M-GGUF", {"M-Q8_0.gguf": path.read_bytes()})
+    hf_hub_download("acme/M-GGUF", "M-Q8_0.gguf", cache_dir=hub.hub_cache_dir(), endpoint=fake_hub.url)  # `hf download`
+    before = len(fake_hub.log)
+    d = kvjson("size", "acme/M-GGUF:M-Q8_0.gguf", "--engine", "llamacpp", "--ctx", "4096", "--offline")
+    assert (d["model"]["source"], d["model"]["commit"], d["weight_bytes"]) == ("cache", commit, written(path)[0])
+    assert len(fake_hub.log) == before  # served from the HF cache, no request
+    fake_hub.add_repo("meta/Gated-GGUF", {"G.gguf": path.read_bytes()}, gated=True)
+    r = run_cli("size", "meta/Gated-GGUF:G.gguf", "--engine", "llamacpp")
+    assert r.code == 2 and "meta/Gated-GGUF is gated" in r.err and r.err.count("\n") == 1
+
+
 def test_remote_split_model(fake_hub: FakeHub, tmp_path):
     write_gguf(tmp_path / "R1-Q2_K.gguf", "llama", LLAMA_8B, big_tensors(), split_max_tensors=3)
     shards = sorted(tmp_path.glob("R1-Q2_K-*-of-*.gguf"))

@@ -191,7 +191,7 @@ class StageLayout:
         return sum(g.spec.blocks(max_len, inflight) for g in self.groups)
 
 
-def _align_hybrid(specs: list[tuple[int, VSpec]], block: int, alignment: int, user_block: bool) -> tuple[list[tuple[int, VSpec]], int, list[str]]:
+def _align_hybrid(specs: list[tuple[int, VSpec]], block: int, alignment: int) -> tuple[list[tuple[int, VSpec]], int, list[str]]:
     """Attention + Mamba: raise the attention block so one page holds a Mamba state, pad Mamba pages to it."""
     attn = [s for _, s in specs if s.kind not in ("mamba_state", "linear_state")]
     state = [s for _, s in specs if s.kind in ("mamba_state", "linear_state")]
@@ -211,7 +211,7 @@ def _align_hybrid(specs: list[tuple[int, VSpec]], block: int, alignment: int, us
         if s.kind in ("mamba_state", "linear_state"):
             out.append((i, replace(s, block_size=new_block, page_override=padded)))
         else:
-            out.append((i, replace(s, block_size=new_block) if s.kind != "mla" or not user_block else s))
+            out.append((i, replace(s, block_size=new_block)))
     return out, new_block, notes
 
 
@@ -248,7 +248,7 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
     if not specs:
         return StageLayout((), 0, False, (), block, tuple(caches), (), tuple(notes))
     has_mla = any(s.kind == "mla" for _, s in specs)
-    specs, block, align_notes = _align_hybrid(specs, block, rules.hybrid_mla_alignment if has_mla else 16, bool(user_block))
+    specs, block, align_notes = _align_hybrid(specs, block, rules.hybrid_mla_alignment if has_mla else 16)
     notes += align_notes
     distinct = {s for _, s in specs}
     kinds = {(s.kind, s.block_size) for s in distinct}

@@ -86,7 +86,7 @@ def hf_config(raw: dict[str, Any], *, experts_implementation: str | None = None)
     kwargs = {"experts_implementation": experts_implementation} if experts_implementation else {}
     try:
         return transformers.AutoConfig.for_model(mt, **d, **kwargs)
-    except (ValueError, KeyError) as e:
+    except Exception as e:  # unknown model_type (ValueError/KeyError) or a config validator's refusal
         if raw.get("auto_map") or "not recognized" in str(e).lower() or "unrecognized" in str(e).lower():
             raise EnvironmentProblem(
                 f"--with-model: transformers {transformers.__version__} cannot build model_type {mt!r}"
@@ -262,18 +262,36 @@ def _clamp_ids(d: dict[str, Any], vocab: int) -> None:
             d[k] = [min(x, vocab - 1) if isinstance(x, int) else x for x in v]
 
 
+def _effective_head_dim(cfg: Any) -> int | None:
+    head_dim = getattr(cfg, "head_dim", None)
+    if isinstance(head_dim, int) and head_dim > 0:
+        return head_dim
+    hidden = next((getattr(cfg, k) for k in HIDDEN_KEYS if isinstance(getattr(cfg, k, None), int)), None)
+    heads = getattr(cfg, "num_attention_heads", None)
+    return hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else None
+
+
+def scaled_hidden(d: dict[str, Any]) -> int:
+    """A small width the family's validators accept: a multiple of the attention heads (and so of KV heads)."""
+    heads = d.get("num_attention_heads") or d.get("n_head") or d.get("num_heads") or d.get("n_heads")
+    if isinstance(heads, int) and heads > 0:
+        return heads * max(1, -(-SCALED_HIDDEN // heads // 2))
+    return SCALED_HIDDEN
+
+
 def _scale_text(d: dict[str, Any], full_text_cfg: Any) -> None:
-    head_dim = getattr(full_text_cfg, "head_dim", None)
+    head_dim = _effective_head_dim(full_text_cfg)
+    hidden = scaled_hidden(d)
     for k in HIDDEN_KEYS:
         if isinstance(d.get(k), int):
-            d[k] = SCALED_HIDDEN
+            d[k] = hidden
     if isinstance(head_dim, int) and head_dim > 0:
         d["head_dim"] = head_dim  # keep the cached head size although hidden_size shrank
     for k in FFN_KEYS:
         if isinstance(d.get(k), int):
             d[k] = SCALED_FFN
     if isinstance(d.get("word_embed_proj_dim"), int):
-        d["word_embed_proj_dim"] = SCALED_HIDDEN
+        d["word_embed_proj_dim"] = hidden
     if isinstance(d.get("q_lora_rank"), int):
         d["q_lora_rank"] = 32
     for k in EXPERT_KEYS:
@@ -308,7 +326,7 @@ def _scale_vision(d: dict[str, Any], text_hidden: int) -> None:
         d["deepstack_visual_indexes"] = []
     for k in ("projector_input_dim", "projector_output_dim", "vision_output_dim"):
         if isinstance(d.get(k), int):
-            d[k] = SCALED_HIDDEN
+            d[k] = text_hidden
 
 
 def scaled_config(raw: dict[str, Any]) -> dict[str, Any]:
@@ -317,6 +335,7 @@ def scaled_config(raw: dict[str, Any]) -> dict[str, Any]:
     d = copy.deepcopy(raw)
     if isinstance(d.get("text_config"), dict):
         _scale_text(d["text_config"], full.get_text_config(decoder=True))
+        text_hidden = next((d["text_config"][k] for k in HIDDEN_KEYS if k in d["text_config"]), SCALED_HIDDEN)
         _clamp_ids(d, SCALED_VOCAB)
         for k in ("image_token_id", "image_token_index", "video_token_id", "boi_token_index", "eoi_token_index",
                   "vision_start_token_id", "vision_end_token_id"):
@@ -324,8 +343,9 @@ def scaled_config(raw: dict[str, Any]) -> dict[str, Any]:
                 d[k] = SCALED_VOCAB - 1
     else:
         _scale_text(d, full.get_text_config(decoder=True))
+        text_hidden = next((d[k] for k in HIDDEN_KEYS if k in d), SCALED_HIDDEN)
     if isinstance(d.get("vision_config"), dict):
-        _scale_vision(d["vision_config"], SCALED_HIDDEN)
+        _scale_vision(d["vision_config"], text_hidden)
     return d
 
 
@@ -470,7 +490,7 @@ def check_model(setup: Any, plan: Any, ctx: int, batch: int, device: str | None)
     run = compare(plan, r_layers, r_extra, device, r_cls)
     run.config_scaled = True
     mc.runs.append(run)
-    mc.notes.append(f"the {device} forward ran a scaled copy (hidden {SCALED_HIDDEN}, FFN {SCALED_FFN}, vocab "
+    mc.notes.append(f"the {device} forward ran a scaled copy (hidden = a multiple of the heads near {SCALED_HIDDEN}, FFN {SCALED_FFN}, vocab "
                     f"{SCALED_VOCAB}, at most {SCALED_EXPERTS} experts) with the same cache shapes as the full "
                     "config on meta")
     return mc
