@@ -189,19 +189,101 @@ def _parse_reserve(text: str | None) -> int | None:
     return parse_bytes(text, "--reserve")
 
 
+# ---------------------------------------------------------------------------------------------- check
+@app.command(help="CI capacity checks: deployments in YAML must fit (exit 0 all pass, 1 any fails, 2 a file is invalid).")
+def check(
+    files: Annotated[list[str], typer.Argument(help="kvplan.yaml files (defaults + deployments; README: CI capacity checks)")],
+    fmt: Annotated[str, typer.Option("--format", "-f", help="table (default), json, junit, github (::error annotations)")] = "table",
+    output: Annotated[Optional[str], typer.Option("--output", "-o", help="write the --format report to FILE (the console still gets the table)")] = None,
+    only: Annotated[Optional[list[str]], typer.Option("--only", help="check only the deployment NAME (repeatable)")] = None,
+    offline: Offline = False,
+    json_out: Annotated[bool, typer.Option("--json", help="the same as --format json")] = False,
+) -> None:
+    from kvplan import check as checks, render
+    from kvplan.errors import InputError
+
+    fmt = "json" if json_out else fmt.strip().lower()
+    if fmt not in checks.FORMATS:
+        raise InputError(f"--format {fmt!r} is not known; accepted: {', '.join(checks.FORMATS)}")
+    report = checks.run(files, only=only, offline=offline)
+    if fmt == "json":
+        text = json.dumps(report.to_json(), indent=2) + "\n"
+    elif fmt == "junit":
+        text = render.check_junit(report)
+    elif fmt == "github":
+        text = render.check_github(report)
+    else:
+        text = None
+    if output:
+        try:
+            with open(output, "w", encoding="utf-8") as fh:
+                fh.write(text if text is not None else render.plain_text(render.check_view(report)))
+        except OSError as e:
+            raise InputError(f"--output {output}: cannot write: {e.strerror or e}") from None
+    if text is None or output:
+        render.console().print(render.check_view(report))
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    for problem in report.problems:
+        sys.stderr.write(f"{problem}\n")
+    if report.problems:
+        n = len(report.problems)
+        sys.stderr.write(f"kvplan: error: {n} problem{'s' if n != 1 else ''} in "
+                         f"{', '.join(f.path for f in report.files if not f.valid)}; nothing in "
+                         f"{'it' if sum(not f.valid for f in report.files) == 1 else 'them'} was checked\n")
+    if report.exit_code:
+        raise typer.Exit(report.exit_code)
+
+
 # ---------------------------------------------------------------------------------------------- models, gpus
-@app.command(help="List the bundled catalog: every alias and the Hub id it resolves to.")
-def models(json_out: Json = False) -> None:
+@app.command(help="List the bundled catalog (every alias and its Hub id), or search it (--search, --hub for the Hub).")
+def models(
+    search: Annotated[Optional[str], typer.Option("--search", "-s", help="text to look for in aliases and Hub ids")] = None,
+    hub: Annotated[bool, typer.Option("--hub", help="with --search: search the Hub's model list instead")] = False,
+    limit: Annotated[int, typer.Option("--limit", help="most Hub results")] = 20,
+    json_out: Json = False, token: Token = None, timeout: Timeout = None,
+) -> None:
     from kvplan import render
 
-    rows = []
-    for m in catalog.bundled_models():
-        for alias in m.aliases or ("",):
-            rows.append((alias, m.repo_id, m.note or ""))
+    if hub and not search:
+        raise KvplanError("--hub needs --search TEXT (the Hub's model list is searched, not listed)")
+    if search:
+        from kvplan import hub as hub_mod
+
+        hits = hub_mod.search_models(search, hub=hub, limit=limit, token=token, timeout=timeout)
+        rows = [(", ".join(h.aliases), h.repo_id, h.source + (f", {h.downloads:,} downloads" if h.downloads else "")
+                 + (", gated" if h.gated else "")) for h in hits]
+    else:
+        rows = []
+        for m in catalog.bundled_models():
+            for alias in m.aliases or ("",):
+                rows.append((alias, m.repo_id, m.note or ""))
     if json_out:
-        _print_json({"schema": 1, "models": [{"alias": a, "id": r, "note": n or None} for a, r, n in rows]})
+        _print_json({"schema": 1, "models": [{"alias": a or None, "id": r, "note": n or None} for a, r, n in rows]})
     else:
         render.console().print(render.models_view(rows))
+
+
+@app.command(help="Cache configs and safetensors headers of Hub models so later runs (and CI) work --offline.")
+def pull(
+    models: Annotated[list[str], typer.Argument(help="Hub ids (org/name) or aliases")],
+    to: Annotated[Optional[str], typer.Option("--to", help="also write a catalog folder (model_configs layout) here")] = None,
+    revision: Revision = None, token: Token = None, timeout: Timeout = None, json_out: Json = False,
+) -> None:
+    from kvplan import hub as hub_mod
+
+    pulled = hub_mod.pull(models, to=to, revision=revision, token=token, timeout=timeout)
+    if json_out:
+        _print_json({"schema": 1, "pulled": [
+            {"requested": p.requested, "id": p.repo_id, "revision": p.revision, "commit": p.commit,
+             "config_path": p.config_path, "weights_path": p.weights_path, "weight_bytes": p.weight_bytes,
+             "note": p.note} for p in pulled]})
+        return
+    for p in pulled:
+        weights = f", safetensors {p.weight_bytes:,} B" if p.weight_bytes is not None else ""
+        sys.stdout.write(f"{p.repo_id}@{p.revision} ({(p.commit or '')[:12]}): config{weights}"
+                         + (f"  [{p.note}]" if p.note else "") + "\n")
 
 
 @app.command(help="List the GPU catalog (names, aliases, nvidia-smi and CUDA totals, bandwidth).")

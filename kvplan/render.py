@@ -13,14 +13,14 @@ from rich.text import Text
 from kvplan.units import fmt_bytes, fmt_int
 
 KIND_LABELS = {
-    "full": "full attention",
-    "sliding": "sliding window",
-    "chunked": "chunked local",
-    "mla": "latent (MLA)",
-    "linear_state": "linear-attention state",
+    "full": "full",
+    "sliding": "sliding",
+    "chunked": "chunked",
+    "mla": "MLA latent",
+    "linear_state": "linear state",
     "mamba_state": "Mamba state",
-    "cross": "cross attention",
-    "shared": "KV shared",
+    "cross": "cross",
+    "shared": "shared KV",
     "none": "no cache",
 }
 
@@ -61,9 +61,9 @@ def size_view(r: Any) -> Group:
 
     groups = Table(title="KV cache by layer group" + (" (limiting GPU)" if s.tp > 1 or s.pp > 1 else ""),
                    title_justify="left", show_lines=False)
-    for col, just in (("kind", "left"), ("layers", "right"), ("KV heads", "right"), ("head dim", "right"),
-                      ("window", "right"), ("tokens/seq", "right"), ("dtype", "left"), ("bytes", "right")):
-        groups.add_column(col, justify=just)
+    for col, just in (("kind", "left"), ("layers", "right"), ("heads", "right"), ("dim", "right"),
+                      ("window", "right"), ("tokens", "right"), ("dtype", "left"), ("bytes", "right")):
+        groups.add_column(col, justify=just, no_wrap=True)
     for g in p.groups:
         dims = "-" if g.head_dim_k is None else (str(g.head_dim_k) if g.head_dim_k == g.head_dim_v or not g.head_dim_v
                                                  else f"{g.head_dim_k}/{g.head_dim_v}")
@@ -195,3 +195,133 @@ def fit_catalog_view(report: Any) -> Group:
     if report.errors:
         parts.append(_notes("not planned", [f"{m}: {e}" for m, e in report.errors], "yellow"))
     return Group(*parts)
+
+
+# ---------------------------------------------------------------------------------------------- check
+def _check_cells(q: Any) -> tuple[str, str, str]:
+    """(required, achievable, margin) of one check.Requirement, as people read them."""
+    v, a = fmt_int(q.value), fmt_int(q.achievable)
+    if q.kind == "ctx":
+        return f"ctx {v}", f"model max {a}", f"{q.margin:+,} tokens"
+    if q.kind == "min_batch":
+        return (f"{v} request{'s' if q.value != 1 else ''} @ ctx {fmt_int(q.at)}", f"{a} requests",
+                f"{q.margin:+,} requests")
+    if q.kind == "min_ctx":
+        return f"ctx {v} @ batch {fmt_int(q.at)}", f"ctx {a}", f"{q.margin:+,} tokens"
+    return f"{v} KV tokens", f"{a} tokens", f"{q.margin:+,} tokens"
+
+
+def check_view(report: Any) -> Group:
+    """`kvplan check` as tables: one per file, a row per deployment (required, achievable, margin, verdict)."""
+    parts: list[Any] = []
+    for f in report.files:
+        if not f.valid:
+            parts.append(Text(f"{f.path}: invalid, {len(f.problems)} problem{'s' if len(f.problems) != 1 else ''} "
+                              "(listed on stderr); nothing checked", style="bold red"))
+            continue
+        t = Table(title=f"{f.path}", title_justify="left", show_lines=True)
+        for col, just in (("deployment", "left"), ("model / GPU", "left"), ("required", "right"),
+                          ("achievable", "right"), ("margin", "right"), ("result", "left")):
+            t.add_column(col, justify=just)
+        for r in f.results:
+            cells = [_check_cells(q) for q in r.requirements]
+            verdict = "[green]PASS[/green]" if r.passed else f"[red]FAIL[/red]: {r.reason}"
+            for w in r.warnings:
+                verdict += f"\n[yellow]warning: {w}[/yellow]"
+            model = r.figures["model"]["requested"]
+            t.add_row(r.name, f"{model}\n{r.deployment.get('gpu')}, {r.engine}" + (f", tp {r.tp} x pp {r.pp}" if r.tp * r.pp > 1 else ""),
+                      "\n".join(c[0] for c in cells), "\n".join(c[1] for c in cells),
+                      "\n".join(c[2] for c in cells), verdict)
+        parts.append(t)
+    results = report.results
+    failed = sum(not r.passed for r in results)
+    invalid = sum(not f.valid for f in report.files)
+    summary = f"{len(results) - failed} passed, {failed} failed"
+    if invalid:
+        summary += f", {invalid} invalid file{'s' if invalid != 1 else ''}"
+    style = "bold green" if report.exit_code == 0 else "bold red"
+    parts.append(Text(f"kvplan check: {summary} (exit {report.exit_code})", style=style))
+    return Group(*parts)
+
+
+def plain_text(renderable: Any, width: int = 140) -> str:
+    """A renderable as plain text (no colour, no terminal codes), e.g. for --output FILE."""
+    import io
+
+    buf = io.StringIO()
+    Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False,
+            soft_wrap=False).print(renderable)
+    return buf.getvalue()
+
+
+def check_junit(report: Any) -> str:
+    """JUnit XML: one <testsuite name=FILE> per file, one <testcase name=DEPLOYMENT> each, <failure message=REASON>
+    for a failing one; an invalid file is one testcase with an <error> listing every problem."""
+    import xml.etree.ElementTree as ET
+
+    root = ET.Element("testsuites", name="kvplan check", tests="0", failures="0", errors="0", time="0")
+    tests = failures = errors = 0
+    for f in report.files:
+        suite = ET.SubElement(root, "testsuite", name=f.path, tests="0", failures="0", errors="0", skipped="0",
+                              time="0")
+        if not f.valid:
+            case = ET.SubElement(suite, "testcase", name=f.path, classname="kvplan.check", file=f.path, time="0")
+            n = len(f.problems)
+            err = ET.SubElement(case, "error", message=f"invalid file: {n} problem{'s' if n != 1 else ''}",
+                                type="InvalidFile")
+            err.text = "\n".join(str(p) for p in f.problems)
+            suite.set("tests", "1")
+            suite.set("errors", "1")
+            tests, errors = tests + 1, errors + 1
+            continue
+        n_fail = 0
+        for r in f.results:
+            case = ET.SubElement(suite, "testcase", name=r.name, classname=f.path, file=f.path, line=str(r.line),
+                                 time="0")
+            body = [r.detail] + [f"warning: {w}" for w in r.warnings]
+            if not r.passed:
+                n_fail += 1
+                fail = ET.SubElement(case, "failure", message=r.reason, type="CapacityCheckFailed")
+                fail.text = "\n".join(body)
+            else:
+                out = ET.SubElement(case, "system-out")
+                out.text = "\n".join(body)
+        suite.set("tests", str(len(f.results)))
+        suite.set("failures", str(n_fail))
+        tests, failures = tests + len(f.results), failures + n_fail
+    root.set("tests", str(tests))
+    root.set("failures", str(failures))
+    root.set("errors", str(errors))
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _gh_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _gh_prop(text: str) -> str:
+    return _gh_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def check_github(report: Any) -> str:
+    """GitHub Actions workflow commands: `::error file=F,line=L::message` per failing deployment (and per problem of
+    an invalid file, with col=), `::warning` for a passing deployment with a warning, then a plain summary."""
+    lines: list[str] = []
+    for p in report.problems:
+        loc = f"file={_gh_prop(p.file)}" + (f",line={p.line},col={p.column}" if p.line is not None else "")
+        lines.append(f"::error {loc}::{_gh_data(p.message)}")
+    for r in report.results:
+        loc = f"file={_gh_prop(r.file)},line={r.line}"
+        if not r.passed:
+            lines.append(f"::error {loc}::{_gh_data(f'{r.name}: {r.reason}')}")
+        for w in r.warnings:
+            lines.append(f"::warning {loc}::{_gh_data(f'{r.name}: {w}')}")
+    for r in report.results:
+        lines.append(f"{'PASS' if r.passed else 'FAIL'} {r.name} ({r.file}:{r.line}): {r.reason}")
+    failed = sum(not r.passed for r in report.results)
+    invalid = sum(not f.valid for f in report.files)
+    lines.append(f"kvplan check: {len(report.results) - failed} passed, {failed} failed"
+                 + (f", {invalid} invalid file{'s' if invalid != 1 else ''}" if invalid else "")
+                 + f" (exit {report.exit_code})")
+    return "\n".join(lines) + "\n"

@@ -168,6 +168,8 @@ def resolve(ref: str, **hub_options: Any) -> ResolvedModel:
         bundled = resolve_bundled(ref)
         if bundled is not None:
             return bundled
+    elif (entry := catalog.lookup(ref)) is not None:  # an alias with --revision/--refresh/--hub: its Hub id
+        return _resolve_hub(entry.repo_id, **{**hub_options, "requested": ref})
     if looks_like_hub_id(ref):
         return _resolve_hub(ref, **hub_options)
     close = catalog.suggest(ref)

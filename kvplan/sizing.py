@@ -63,20 +63,36 @@ class Setup:
     max_ctx: int | None
     max_ctx_source: str
     include_mtp: bool = False
+    safetensors: Any = None  # hub.SafetensorsWeights when the checkpoint's headers were read
+    weight_notes: tuple[str, ...] = ()
 
     @property
     def ref(self) -> ModelRef:
         return self.resolved.ref
 
     def weight_bytes(self, stage: int) -> int:
-        return weights.per_gpu_bytes(self.spec, self.weight_format, self.float_dtype, self.tp, self.pp, stage,
-                                     include_mtp=self.include_mtp)
+        """Weights on one GPU of `stage`: the config-derived split, scaled to the checkpoint's safetensors bytes
+        when those were read (exact on one GPU)."""
+        cfg = weights.per_gpu_bytes(self.spec, self.weight_format, self.float_dtype, self.tp, self.pp, stage,
+                                    include_mtp=self.include_mtp)
+        if self.safetensors is None:
+            return cfg
+        if self.tp == 1 and self.pp == 1:
+            return self.safetensors.total_bytes
+        return cfg * self.safetensors.total_bytes // max(1, self.weight_bytes_config())
+
+    @property
+    def weight_source(self) -> str:
+        if self.resolved.extras.get("gguf") is not None:
+            return "gguf"
+        return "safetensors" if self.safetensors is not None else "config"
 
     def weight_bytes_all_gpus(self) -> int:
-        return sum(self.weight_bytes(s) for s in range(self.pp)) * self.tp if self.tp > 1 or self.pp > 1 else \
-            weights.total_bytes(self.spec, self.weight_format, self.float_dtype, include_mtp=self.include_mtp)
+        if self.tp == 1 and self.pp == 1:
+            return self.weight_bytes(0)
+        return sum(self.weight_bytes(s) for s in range(self.pp)) * self.tp
 
-    def weight_bytes_checkpoint(self) -> int:
+    def weight_bytes_config(self) -> int:
         return weights.total_bytes(self.spec, self.weight_format, self.float_dtype, include_mtp=self.include_mtp)
 
 
@@ -135,7 +151,28 @@ def setup(mo: ModelOptions, eo: EngineOptions, *, gpu: dict[str, Any] | None = N
     fdt = float_dtype_for(engine, spec)
     fmt = weights.weight_format(spec, eo.weight_dtype, fdt)
     max_ctx, src = engines.model_max_ctx(engine, spec)
-    return Setup(resolved, spec, engine, kvd, prepared, eo.tp, eo.pp, fmt, fdt, max_ctx, src)
+    s = Setup(resolved, spec, engine, kvd, prepared, eo.tp, eo.pp, fmt, fdt, max_ctx, src)
+    if resolved.ref.source in ("hub", "cache") and eo.weight_dtype is None and resolved.extras.get("gguf") is None:
+        s = _with_safetensors(s, mo)
+    return s
+
+
+def _with_safetensors(s: Setup, mo: ModelOptions) -> Setup:
+    """Exact checkpoint bytes from the safetensors headers (hub.py); config-derived bytes when unavailable."""
+    from kvplan import hub
+
+    try:
+        st = hub.safetensors_weights(s.ref.id, s.resolved.config, revision=s.ref.revision, commit=s.ref.commit,
+                                     token=mo.token, timeout=mo.timeout, offline=mo.offline, include_mtp=s.include_mtp)
+    except hub.WeightsUnavailable as e:
+        return replace(s, weight_notes=(f"weights from the config: {e}",))
+    cfg = s.weight_bytes_config()
+    notes = [f"weights from safetensors headers: {st.total_bytes:,} B in {st.n_tensors:,} tensors"
+             + (f" ({st.excluded_reason})" if st.excluded_bytes else "")]
+    if cfg and abs(st.total_bytes - cfg) > 0.01 * cfg:
+        notes.append(f"the config-derived weights ({cfg:,} B, {s.weight_format.name}) differ from the checkpoint by "
+                     f"{100 * (st.total_bytes - cfg) / cfg:+.1f}%")
+    return replace(s, safetensors=st, weight_notes=tuple(notes))
 
 
 @dataclass(frozen=True)
@@ -178,7 +215,9 @@ class SizeResult:
             **weights.params_breakdown(s.spec),
             "weight_bytes": self.weight_bytes,
             "weight_bytes_all_gpus": weight_all,
-            "weight_source": "gguf" if gguf is not None else "config",
+            "weight_source": s.weight_source,
+            "weight_bytes_config": s.weight_bytes_config(),
+            **({"weight_bytes_safetensors": s.safetensors.total_bytes} if s.safetensors is not None else {}),
             "weight_dtype": s.weight_format.name,
             **({"quant_mix": quant_mix(gguf)} if gguf is not None else {}),
             **({"mmproj_bytes": mmproj.weight_bytes()} if mmproj is not None else {}),
@@ -212,6 +251,7 @@ def size(mo: ModelOptions, eo: EngineOptions, ctx: int | None, batch: int = 1,
     assumptions.append(f"KV dtype {s.kvd.label} ({s.kvd.source})")
     assumptions.append(f"weights: {s.weight_format.description}")
     assumptions.extend(gguf_assumptions(s))
+    assumptions.extend(s.weight_notes)
     if s.spec.mtp_layers:
         assumptions.append(f"{s.spec.mtp_layers} multi-token-prediction layer(s) excluded (no speculative decoding)")
     if s.tp > 1 or s.pp > 1:

@@ -1,0 +1,820 @@
+"""`kvplan check`: capacity checks for CI pipelines. YAML files -> validated deployments -> fit -> pass/fail.
+
+A file holds `deployments:` (a list of mappings) and optionally `defaults:` (a mapping merged under every
+deployment). Each deployment names a model, a GPU and a context, and states requirements that must hold:
+
+    min_batch      requests of ctx tokens that must run at once  (fit's max_batch at ctx; `batch` is the same key)
+    min_ctx        the context that must fit at min_batch (or 1) requests  (fit's max_ctx)
+    min_kv_tokens  tokens the KV cache must hold  (fit's kv_capacity_tokens)
+
+Every one given must hold; none given means one request of ctx tokens must fit. The figures of a deployment are
+`planner.fit_model(...).to_json()`, the very `fit --json` result entry for the same inputs (one code path).
+
+The YAML is read with PyYAML's SafeLoader but only *composed* (yaml.compose): values are converted here from the
+nodes, so every problem carries FILE:LINE:COLUMN, duplicate keys are caught, and YAML 1.1 readings that surprise
+(`no` read as false, `016` as octal 14, `1:30` as 90) are errors where a string or a number is expected. Every
+problem of every file is collected before anything is reported.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from kvplan import JSON_SCHEMA
+from kvplan.errors import InputError, KvplanError
+from kvplan.units import fmt_bytes, fmt_int, parse_bytes, parse_fraction, parse_headroom, parse_tokens
+
+FORMATS = ("table", "json", "junit", "github")
+
+# ---------------------------------------------------------------------------------------------- the schema
+# key -> kind. Kinds: string, tokens (8192, 8k, 1M), count (a positive integer; k/M accepted too),
+# fraction (0.9 or 90%), headroom (a fraction in [0, 1)), size (24GB; an integer is bytes), reserve (a size or 0),
+# bool (true/false).
+GENERAL_KEYS: dict[str, str] = {
+    "name": "string",
+    "model": "string",
+    "revision": "string",
+    "gpu": "string",
+    "engine": "string",
+    "tp": "count",
+    "pp": "count",
+    "ctx": "tokens",
+    "min_batch": "count",
+    "batch": "count",  # the same key as min_batch
+    "min_ctx": "tokens",
+    "min_kv_tokens": "tokens",
+    "kv_dtype": "string",
+    "k_dtype": "string",
+    "v_dtype": "string",
+    "state_dtype": "string",
+    "weight_dtype": "string",
+    "kv_budget": "size",
+    "reserve": "reserve",
+    "headroom": "headroom",
+    "require_start": "bool",
+}
+# engine knobs: fit's flags with _ for - (each engine accepts only its own: engines.MODULES[name].KNOBS)
+KNOB_KEYS: dict[str, str] = {
+    "gpu_memory_utilization": "fraction",
+    "max_num_seqs": "count",
+    "max_model_len": "tokens",
+    "block_size": "count",
+    "max_num_batched_tokens": "tokens",
+    "async_scheduling": "bool",
+    "disable_hybrid_kv_cache_manager": "bool",
+    "page_size": "count",
+    "mem_fraction_static": "fraction",
+    "max_total_tokens": "tokens",
+    "max_running_requests": "count",
+    "ubatch": "count",
+    "kv_unified": "bool",
+    "swa_full": "bool",
+    "flash_attn": "bool",
+    "tokens_per_block": "count",
+    "free_gpu_memory_fraction": "fraction",
+    "max_tokens": "tokens",
+    "max_batch_size": "count",
+}
+KEYS: dict[str, str] = {**GENERAL_KEYS, **KNOB_KEYS}
+TOP_KEYS = ("defaults", "deployments")
+REQUIRED = ("name", "model", "gpu")
+REQUIREMENT_KEYS = ("min_batch", "min_ctx", "min_kv_tokens")
+DTYPE_KEYS = ("kv_dtype", "k_dtype", "v_dtype", "state_dtype")
+
+_EXPECTED = {
+    "string": "a string",
+    "tokens": "a token count such as 8192, 8k or 1M",
+    "count": "a positive integer",
+    "fraction": "a fraction such as 0.9 or 90%",
+    "headroom": "a fraction such as 0.1 or 10%",
+    "size": "a size such as 24GB or 512MiB",
+    "reserve": "a size such as 1.5GiB, or 0",
+    "bool": "true or false",
+}
+_STRING_WHAT = {
+    "name": "a deployment name",
+    "model": "a model (alias, Hub id org/name or a path)",
+    "gpu": "a GPU (catalog name, a size such as 24GB, or NxGPU such as 2xA10G)",
+    "engine": "an engine name[@version] such as vllm or vllm@0.10",
+    "revision": "a revision (branch, tag or commit)",
+}
+_UNITS = {"min_batch": "requests", "min_ctx": "tokens", "min_kv_tokens": "tokens", "ctx": "tokens"}
+
+_TAG = "tag:yaml.org,2002:"
+_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+
+
+# ---------------------------------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a file, where it is (1-based; None for a file that could not be read)."""
+
+    file: str
+    line: int | None
+    column: int | None
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}:{self.column}" if self.line is not None else self.file
+        return f"{where}: {self.message}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"file": self.file, "line": self.line, "column": self.column, "message": self.message}
+
+
+@dataclass(frozen=True)
+class Field:
+    key: str
+    value: Any
+    line: int
+    column: int
+    inherited: bool  # from defaults
+
+
+@dataclass
+class Deployment:
+    file: str
+    index: int  # 1-based position in the list
+    line: int
+    column: int
+    fields: dict[str, Field]
+    broken: bool = False  # a phase-1 problem: never solved
+
+    def get(self, key: str, default: Any = None) -> Any:
+        f = self.fields.get(key)
+        return default if f is None else f.value
+
+    @property
+    def name(self) -> str:
+        return self.get("name") or f"#{self.index}"
+
+
+@dataclass(frozen=True)
+class Requirement:
+    kind: str  # min_batch | min_ctx | min_kv_tokens | ctx (the model maximum)
+    value: int
+    achievable: int
+    unit: str
+    at: int | None = None  # the ctx (min_batch) or the batch (min_ctx) it is measured at
+    implicit: bool = False  # no requirement given: one request of ctx must fit
+
+    @property
+    def margin(self) -> int:
+        return self.achievable - self.value
+
+    @property
+    def passed(self) -> bool:
+        return self.margin >= 0
+
+    @property
+    def relative(self) -> float:
+        return self.margin / self.value if self.value else float(self.margin)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, "value": self.value, "achievable": self.achievable,
+                "margin": {"value": self.margin, "unit": self.unit}, "passed": self.passed,
+                **({"at_ctx": self.at} if self.kind == "min_batch" and self.at is not None else {}),
+                **({"at_batch": self.at} if self.kind == "min_ctx" and self.at is not None else {}),
+                **({"implicit": True} if self.implicit else {})}
+
+    def sentence(self) -> str:
+        """'min_batch 16 not met: 4 requests of 8,192 tokens fit (short by 12)'."""
+        v, a = fmt_int(self.value), fmt_int(self.achievable)
+        if self.kind == "ctx":
+            return f"ctx {v} exceeds the model maximum {a}"
+        if self.kind == "min_batch":
+            what = "one request" if self.implicit else f"min_batch {v}"
+            got = f"{a} request{'s' if self.achievable != 1 else ''} of {fmt_int(self.at)} tokens fit"
+        elif self.kind == "min_ctx":
+            what, got = f"min_ctx {v}", f"max ctx {a} at batch {fmt_int(self.at)}"
+        else:
+            what, got = f"min_kv_tokens {v}", f"KV capacity {a} tokens"
+        if self.passed:
+            return f"{what} met: {got} (margin {self.margin:+,})"
+        return f"{what} not met: {got} (short by {-self.margin:,} {self.unit})"
+
+
+@dataclass(frozen=True)
+class DeploymentResult:
+    deployment: Deployment
+    passed: bool
+    reason: str
+    detail: str
+    inputs: dict[str, Any]
+    engine: str
+    gpu: dict[str, Any]
+    tp: int
+    pp: int
+    figures: dict[str, Any]
+    binding: Requirement
+    requirements: tuple[Requirement, ...]
+    warnings: tuple[str, ...]
+
+    @property
+    def name(self) -> str:
+        return self.deployment.name
+
+    @property
+    def file(self) -> str:
+        return self.deployment.file
+
+    @property
+    def line(self) -> int:
+        return self.deployment.line
+
+    def to_json(self) -> dict[str, Any]:
+        b = self.binding
+        return {
+            "name": self.name,
+            "file": self.file,
+            "line": self.line,
+            "passed": self.passed,
+            "reason": self.reason,
+            "detail": self.detail,
+            "inputs": self.inputs,
+            "engine": self.engine,
+            "gpu": self.gpu,
+            "tp": self.tp,
+            "pp": self.pp,
+            "figures": self.figures,
+            "requirement": {"kind": b.kind, "value": b.value},
+            "achievable": b.achievable,
+            "margin": {"value": b.margin, "unit": b.unit},
+            "requirements": [r.to_json() for r in self.requirements],
+            "warnings": list(self.warnings),
+        }
+
+
+@dataclass
+class FileReport:
+    path: str
+    problems: list[Problem] = field(default_factory=list)
+    deployments: list[Deployment] = field(default_factory=list)
+    results: list[DeploymentResult] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+    @property
+    def failures(self) -> int:
+        return sum(not r.passed for r in self.results)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"path": self.path, "valid": self.valid, "deployments": len(self.results), "failures": self.failures,
+                "problems": [p.to_json() for p in self.problems]}
+
+
+@dataclass
+class CheckReport:
+    files: list[FileReport]
+
+    @property
+    def results(self) -> list[DeploymentResult]:
+        return [r for f in self.files for r in f.results]
+
+    @property
+    def problems(self) -> list[Problem]:
+        return [p for f in self.files for p in f.problems]
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems and all(r.passed for r in self.results)
+
+    @property
+    def exit_code(self) -> int:
+        """2 if any file is invalid, else 1 if any deployment fails, else 0."""
+        if self.problems:
+            return 2
+        return 0 if all(r.passed for r in self.results) else 1
+
+    def to_json(self) -> dict[str, Any]:
+        results = self.results
+        return {
+            "schema": JSON_SCHEMA,
+            "passed": self.passed,
+            "exit_code": self.exit_code,
+            "deployments": [r.to_json() for r in results],
+            "files": [f.to_json() for f in self.files],
+            "problems": [p.to_json() for p in self.problems],
+            "summary": {"deployments": len(results), "passed": sum(r.passed for r in results),
+                        "failed": sum(not r.passed for r in results),
+                        "invalid_files": sum(not f.valid for f in self.files)},
+        }
+
+
+# ---------------------------------------------------------------------------------------------- YAML scalars
+class _Bad(Exception):
+    """A value that cannot be used; the message is the problem text (the position is added by the caller)."""
+
+
+def _kind(node: ScalarNode) -> str:
+    return node.tag[len(_TAG):] if node.tag.startswith(_TAG) else "other"
+
+
+def _read_as(node: ScalarNode) -> str:
+    """How YAML 1.1 (PyYAML) reads a plain scalar: 'the boolean false', 'the integer 14'."""
+    kind = _kind(node)
+    try:
+        value = _CONSTRUCTOR.yaml_constructors[node.tag](_CONSTRUCTOR, node)
+    except Exception:  # noqa: BLE001 - only for the message
+        value = node.value
+    if kind == "bool":
+        return f"the boolean {str(value).lower()}"
+    if kind == "int":
+        return f"the integer {value}"
+    if kind == "float":
+        return f"the number {value}"
+    if kind == "null":
+        return "null (no value)"
+    if kind == "timestamp":
+        return f"the date {value}"
+    return f"a value tagged {node.tag}"
+
+
+def _shape(node: Node) -> str:
+    return "a list" if isinstance(node, SequenceNode) else "a mapping" if isinstance(node, MappingNode) else "a value"
+
+
+def _plain(node: ScalarNode) -> bool:
+    return node.style is None
+
+
+def _user_error(call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except InputError as e:
+        raise _Bad(str(e)) from None
+
+
+def _integer(node: Node, key: str, kind: str) -> int:
+    expected = _EXPECTED[kind]
+    if not isinstance(node, ScalarNode):
+        raise _Bad(f"{key}: expected {expected}, got {_shape(node)}")
+    text, k = node.value, _kind(node)
+    parse = lambda v: _user_error(lambda: parse_tokens(v, key))  # noqa: E731
+    if _plain(node) and re.fullmatch(r"[-+]?0[0-9_]+[kKmM]?", text.strip()):
+        octal = f" as the octal number {_CONSTRUCTOR.construct_yaml_int(node)}" if k == "int" else ""
+        raise _Bad(f"{key}: {text} has a leading zero, which YAML 1.1 reads{octal or ' as octal'}; "
+                   f"write {text.strip().lstrip('+-0') or '0'} (or quote it)")
+    if k == "str":
+        return parse(text)
+    if k == "int" and _plain(node):
+        if re.fullmatch(r"[-+]?[0-9]+", text):
+            return parse(int(text))
+        raise _Bad(f"{key}: {text} is read by YAML 1.1 as {_read_as(node)}; write {expected} in plain digits")
+    if k == "float" and _plain(node):
+        raise _Bad(f"{key}: expected {expected} (a whole number), got {text}")
+    if k == "null":
+        raise _Bad(f"{key}: no value; expected {expected}")
+    raise _Bad(f"{key}: {text} is read by YAML as {_read_as(node)}; expected {expected}")
+
+
+def _number_text(node: ScalarNode, key: str, kind: str) -> str | float | int:
+    """A fraction or size as typed: a string for units/percent, a number for plain numbers."""
+    expected = _EXPECTED[kind]
+    text, k = node.value, _kind(node)
+    if k == "str":
+        return text
+    if k in ("int", "float") and _plain(node):
+        if re.fullmatch(r"[0-9]+", text):
+            return int(text)
+        if k == "float" and re.fullmatch(r"[-+]?(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?", text):
+            return float(text)
+        if re.fullmatch(r"-[0-9]+", text):
+            return int(text)
+        raise _Bad(f"{key}: {text} is read by YAML 1.1 as {_read_as(node)}; expected {expected}")
+    if k == "null":
+        raise _Bad(f"{key}: no value; expected {expected}")
+    raise _Bad(f"{key}: {text} is read by YAML as {_read_as(node)}; expected {expected}")
+
+
+def _reserve(value: str | float | int, key: str) -> int:
+    if isinstance(value, (int, float)) and value == 0:
+        return 0
+    if isinstance(value, str) and value.strip().lower() in ("0", "0b", "0gib", "0gb", "0mib", "0mb"):
+        return 0
+    return parse_bytes(value, key)
+
+
+def convert(node: Node, key: str, kind: str) -> Any:
+    """A YAML node -> the value of `key`, or _Bad with the problem text."""
+    if kind in ("tokens", "count"):
+        return _integer(node, key, kind)
+    expected = _EXPECTED[kind]
+    if not isinstance(node, ScalarNode):
+        raise _Bad(f"{key}: expected {expected}, got {_shape(node)}")
+    text, k = node.value, _kind(node)
+    if kind == "string":
+        if k == "str":
+            if not text.strip():
+                raise _Bad(f"{key}: empty; expected {_STRING_WHAT.get(key, expected)}")
+            return text.strip()
+        if k == "null":
+            raise _Bad(f"{key}: no value; expected {_STRING_WHAT.get(key, expected)}")
+        raise _Bad(f"{key}: {text} is read by YAML as {_read_as(node)}, not a string; "
+                   f"quote it if you mean the text: {key}: \"{text}\"")
+    if kind == "bool":
+        if k == "bool" and text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        if k == "bool":
+            raise _Bad(f"{key}: {text} is YAML 1.1 for {str(_CONSTRUCTOR.construct_yaml_bool(node)).lower()} but "
+                       "a string in YAML 1.2; write true or false")
+        raise _Bad(f"{key}: expected true or false, got {text!r}" if k != "null" else f"{key}: no value; expected true or false")
+    value = _number_text(node, key, kind)
+    if kind == "fraction":
+        return _user_error(lambda: parse_fraction(value, key))
+    if kind == "headroom":
+        return _user_error(lambda: parse_headroom(value, key))
+    if kind == "size":
+        if isinstance(value, float):
+            raise _Bad(f"{key}: {text} has no unit; expected {expected} (an integer alone is bytes)")
+        return _user_error(lambda: parse_bytes(value, key))
+    if kind == "reserve":
+        if isinstance(value, float) and value != 0:
+            raise _Bad(f"{key}: {text} has no unit; expected {expected} (an integer alone is bytes)")
+        return _user_error(lambda: _reserve(value, key))
+    raise AssertionError(kind)  # pragma: no cover
+
+
+# ---------------------------------------------------------------------------------------------- parsing a file
+def _suggest(key: str, valid: list[str] | tuple[str, ...]) -> str:
+    norm = key.strip().lower().replace("-", "_").replace(" ", "_")
+    if norm in valid and norm != key:
+        return f" (did you mean {norm}?)"
+    close = difflib.get_close_matches(norm, list(valid), n=1, cutoff=0.6)
+    if close:
+        return f" (did you mean {close[0]}?)"
+    return f"; valid keys: {', '.join(valid)}"
+
+
+class _FileParser:
+    def __init__(self, report: FileReport):
+        self.report = report
+        self.path = report.path
+
+    def problem(self, node: Node | None, message: str, mark: Any = None) -> None:
+        mark = mark if mark is not None else (node.start_mark if node is not None else None)
+        line, col = (mark.line + 1, mark.column + 1) if mark is not None else (None, None)
+        self.report.problems.append(Problem(self.path, line, col, message))
+
+    # -- mappings: duplicate keys, merge keys (<<: *anchor)
+    def pairs(self, node: MappingNode, seen: frozenset[int] = frozenset()) -> dict[str, tuple[ScalarNode, Node]]:
+        explicit: dict[str, tuple[ScalarNode, Node]] = {}
+        merged: dict[str, tuple[ScalarNode, Node]] = {}
+        for k, v in node.value:
+            if k.tag == _TAG + "merge":
+                sources = v.value if isinstance(v, SequenceNode) else [v]
+                for src in sources:
+                    if not isinstance(src, MappingNode) or src is node or id(src) in seen:
+                        self.problem(src, "<< (merge) takes a mapping or a list of mappings, such as <<: *defaults")
+                        continue
+                    for key, pair in self.pairs(src, seen | {id(node)}).items():
+                        merged.setdefault(key, pair)
+                continue
+            if not isinstance(k, ScalarNode) or _kind(k) == "null":
+                self.problem(k, "a key must be a plain name such as ctx or min_batch")
+                continue
+            if k.value in explicit:
+                first = explicit[k.value][0].start_mark.line + 1
+                self.problem(k, f"duplicate key {k.value!r} (first at line {first})")
+                continue
+            explicit[k.value] = (k, v)
+        return {**merged, **explicit}
+
+    def fields(self, node: MappingNode, *, in_defaults: bool) -> tuple[dict[str, Field], bool]:
+        out: dict[str, Field] = {}
+        ok = True
+        where = "defaults" if in_defaults else "a deployment"
+        for key, (knode, vnode) in self.pairs(node).items():
+            if key not in KEYS:
+                self.problem(knode, f"unknown key {key!r} in {where}{_suggest(key, list(k for k in KEYS if k != 'batch'))}")
+                ok = False
+                continue
+            if key == "name" and in_defaults:
+                self.problem(knode, "name cannot be a default: every deployment names itself")
+                ok = False
+                continue
+            try:
+                value = convert(vnode, key, KEYS[key])
+            except _Bad as e:
+                self.problem(vnode, str(e))
+                ok = False
+                continue
+            target = "min_batch" if key == "batch" else key
+            if target in out:
+                self.problem(knode, "batch and min_batch are the same key; give one")
+                ok = False
+                continue
+            out[target] = Field(target, value, vnode.start_mark.line + 1, vnode.start_mark.column + 1, in_defaults)
+        return out, ok
+
+    def parse(self, text: str) -> None:
+        try:
+            root = yaml.compose(text, Loader=yaml.SafeLoader)
+        except yaml.MarkedYAMLError as e:
+            mark = e.problem_mark or e.context_mark
+            message = " ".join(str(x) for x in (e.context, e.problem) if x) or "invalid YAML"
+            self.problem(None, f"invalid YAML: {message}", mark)
+            return
+        except yaml.YAMLError as e:
+            self.problem(None, f"invalid YAML: {e}")
+            return
+        if root is None:
+            self.report.problems.append(Problem(self.path, 1, 1, "the file is empty; expected `deployments:` "
+                                                "(a list of deployments) and optionally `defaults:`"))
+            return
+        if not isinstance(root, MappingNode):
+            self.problem(root, "expected a mapping with `deployments:` (a list) and optionally `defaults:`, "
+                         f"got {_shape(root) if not isinstance(root, ScalarNode) else 'a single value'}")
+            return
+        top = self.pairs(root)
+        for key, (knode, _) in top.items():
+            if key not in TOP_KEYS:
+                self.problem(knode, f"unknown top-level key {key!r}{_suggest(key, TOP_KEYS)}")
+        defaults: dict[str, Field] = {}
+        defaults_ok = True
+        if "defaults" in top:
+            dnode = top["defaults"][1]
+            if isinstance(dnode, MappingNode):
+                defaults, defaults_ok = self.fields(dnode, in_defaults=True)
+            elif not (isinstance(dnode, ScalarNode) and _kind(dnode) == "null"):
+                self.problem(dnode, f"defaults: expected a mapping of keys, got {_shape(dnode)}")
+        if "deployments" not in top:
+            self.problem(root, "no `deployments:` list; every file needs at least one deployment")
+            return
+        dnode = top["deployments"][1]
+        if not isinstance(dnode, SequenceNode):
+            self.problem(dnode, f"deployments: expected a list of deployments (- name: ...), got {_shape(dnode)}")
+            return
+        if not dnode.value:
+            self.problem(dnode, "deployments: the list is empty; every file needs at least one deployment")
+            return
+        first_name: dict[str, int] = {}
+        for i, item in enumerate(dnode.value, 1):
+            if not isinstance(item, MappingNode):
+                self.problem(item, f"deployment #{i}: expected a mapping (name: ..., model: ..., gpu: ..., ctx: ...), "
+                             f"got {_shape(item) if not isinstance(item, ScalarNode) else repr(item.value)}")
+                continue
+            own, ok = self.fields(item, in_defaults=False)
+            dep = Deployment(self.path, i, item.start_mark.line + 1, item.start_mark.column + 1,
+                             {**defaults, **own}, broken=not (ok and defaults_ok))
+            self.validate(dep, item)
+            name = dep.get("name")
+            if name is not None:
+                if name in first_name:
+                    f = dep.fields["name"]
+                    self.report.problems.append(Problem(self.path, f.line, f.column,
+                                                        f"duplicate deployment name {name!r} (first at line {first_name[name]})"))
+                    dep.broken = True
+                else:
+                    first_name[name] = dep.fields["name"].line
+            self.report.deployments.append(dep)
+
+    def at(self, f: Field, message: str, dep: Deployment) -> None:
+        suffix = f" (inherited from defaults by deployment {dep.name!r})" if f.inherited else ""
+        self.report.problems.append(Problem(self.path, f.line, f.column, message + suffix))
+        dep.broken = True
+
+    def validate(self, dep: Deployment, node: MappingNode) -> None:
+        """Checks of one merged deployment that need no model or GPU: required keys, engine, knobs, dtype names."""
+        from kvplan import dtypes, engines, weights
+
+        label = f"deployment {dep.get('name')!r}" if dep.get("name") else f"deployment #{dep.index}"
+        missing = [k for k in REQUIRED if k not in dep.fields]
+        if "ctx" not in dep.fields and "min_ctx" not in dep.fields:
+            missing.append("ctx")
+        if missing:
+            self.problem(node, f"{label}: missing {', '.join(missing)}"
+                         + (" (ctx may be left out only when min_ctx is given)" if "ctx" in missing else ""))
+            dep.broken = True
+        engine_name = None
+        f = dep.fields.get("engine")
+        try:
+            engine_name = engines.choose(f.value if f else None).name
+        except InputError as e:
+            if f is not None:
+                self.at(f, f"engine: {e}", dep)
+        if engine_name is not None:
+            accepted = engines.MODULES[engine_name].KNOBS
+            for key in KNOB_KEYS:
+                kf = dep.fields.get(key)
+                if kf is None or key in accepted:
+                    continue
+                owners = [n for n, m in engines.MODULES.items() if key in m.KNOBS]
+                self.at(kf, f"{key} does not apply to engine {engine_name}"
+                        + (f" (it applies to {', '.join(owners)})" if owners else ""), dep)
+        for key in DTYPE_KEYS:
+            kf = dep.fields.get(key)
+            if kf is not None and kf.value.lower() != "auto":
+                try:
+                    dtypes.kv_dtype(kf.value)
+                except InputError as e:
+                    self.at(kf, f"{key}: {e}", dep)
+        wf = dep.fields.get("weight_dtype")
+        if wf is not None:
+            key = wf.value.strip().lower().replace("float16", "fp16").replace("bfloat16", "bf16").replace("float32", "fp32")
+            if key not in weights.WEIGHT_DTYPES:
+                self.at(wf, f"weight_dtype: unknown weight dtype {wf.value!r}; accepted: {', '.join(weights.WEIGHT_DTYPES)}", dep)
+
+
+def parse_file(path: str) -> FileReport:
+    """Phase 1: read and validate one file (schema, types, names that need no model)."""
+    report = FileReport(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        report.problems.append(Problem(path, None, None, "no such file"))
+        return report
+    except IsADirectoryError:
+        report.problems.append(Problem(path, None, None, "is a directory; expected a kvplan.yaml file"))
+        return report
+    except OSError as e:
+        report.problems.append(Problem(path, None, None, f"cannot read: {e.strerror or e}"))
+        return report
+    except UnicodeDecodeError:
+        report.problems.append(Problem(path, None, None, "not a UTF-8 text file; expected YAML"))
+        return report
+    _FileParser(report).parse(text)
+    return report
+
+
+# ---------------------------------------------------------------------------------------------- solving
+class _Resolver:
+    """GPU selections and loaded models, each resolved once for all deployments of all files."""
+
+    def __init__(self, offline: bool):
+        self.offline = offline
+        self.gpus: dict[str, Any] = {}
+        self.models: dict[tuple[str, str | None], Any] = {}
+
+    def gpu(self, text: str) -> Any:
+        from kvplan.gpus import resolve_gpu
+
+        if text not in self.gpus:
+            try:
+                self.gpus[text] = resolve_gpu(text)
+            except KvplanError as e:
+                self.gpus[text] = e
+        return self.gpus[text]
+
+    def model_options(self, model: str, revision: str | None) -> Any:
+        from kvplan.sizing import ModelOptions
+
+        return ModelOptions(model, revision, True if self.offline else None)
+
+    def model(self, model: str, revision: str | None) -> Any:
+        from kvplan.sizing import load_spec
+
+        key = (model, revision)
+        if key not in self.models:
+            try:
+                self.models[key] = load_spec(self.model_options(model, revision))
+            except KvplanError as e:
+                self.models[key] = e
+        return self.models[key]
+
+
+def _solve(dep: Deployment, res: _Resolver, report: FileReport) -> DeploymentResult | None:
+    """Phase 2: resolve GPU and model (problems with their lines), then fit and judge. None when not solvable."""
+    from kvplan import engines, planner, weights
+    from kvplan.sizing import EngineOptions, float_dtype_for
+
+    def fail(f: Field | None, message: str) -> None:
+        line, col = (f.line, f.column) if f is not None else (dep.line, dep.column)
+        suffix = f" (inherited from defaults by deployment {dep.name!r})" if f is not None and f.inherited else ""
+        report.problems.append(Problem(dep.file, line, col, message + suffix))
+        dep.broken = True
+
+    sel = loaded = None
+    gf, mf = dep.fields.get("gpu"), dep.fields.get("model")
+    if gf is not None:
+        sel = res.gpu(gf.value)
+        if isinstance(sel, KvplanError):
+            fail(gf, f"gpu: {sel}")
+            sel = None
+    if mf is not None:
+        loaded = res.model(mf.value, dep.get("revision"))
+        if isinstance(loaded, KvplanError):
+            fail(mf, f"model: {loaded}")
+            loaded = None
+    if sel is not None and (dep.get("tp") or dep.get("pp")):
+        try:
+            planner.parallelism(sel, dep.get("tp"), dep.get("pp"))
+        except InputError as e:
+            fail(dep.fields.get("tp") or dep.fields.get("pp"), f"{e}".replace("--tp", "tp").replace("--pp", "pp"))
+    if loaded is not None and not dep.broken:
+        engine = engines.choose(dep.get("engine"))
+        spec = loaded[1]
+        wf = dep.fields.get("weight_dtype")
+        if wf is not None:
+            try:
+                weights.weight_format(spec, wf.value, float_dtype_for(engine, spec))
+            except InputError as e:
+                fail(wf, f"weight_dtype: {e}".replace("--weight-dtype", "weight_dtype"))
+        given = [dep.fields[k] for k in DTYPE_KEYS if k in dep.fields]
+        try:
+            engines.kv_dtypes(engine, spec, *(dep.get(k) for k in DTYPE_KEYS))
+        except InputError as e:
+            fail(given[0] if given else None, str(e))
+    if dep.broken or sel is None or loaded is None:
+        return None
+
+    min_batch, min_ctx, min_kv = (dep.get(k) for k in REQUIREMENT_KEYS)
+    ctx = dep.get("ctx") or min_ctx
+    batch = min_batch or 1
+    knobs = {k: dep.get(k) for k in KNOB_KEYS if k in dep.fields}
+    eo = EngineOptions(dep.get("engine"), dep.get("kv_dtype"), dep.get("k_dtype"), dep.get("v_dtype"),
+                       dep.get("state_dtype"), dep.get("weight_dtype"), 1, 1, knobs)
+    try:
+        r = planner.fit_model(res.model_options(dep.get("model"), dep.get("revision")), eo, sel, ctx, batch,
+                              kv_budget=dep.get("kv_budget"), reserve=dep.get("reserve"), frontier=True,
+                              tp=dep.get("tp"), pp=dep.get("pp"), loaded=loaded, headroom=dep.get("headroom") or 0.0)
+    except KvplanError as e:
+        fail(None, f"deployment {dep.name!r}: {e}")
+        return None
+    tp, pp, _ = planner.parallelism(sel, dep.get("tp"), dep.get("pp"))
+    return _judge(dep, r, sel, tp, pp, ctx, batch)
+
+
+def _judge(dep: Deployment, r: Any, sel: Any, tp: int, pp: int, ctx: int, batch: int) -> DeploymentResult:
+    figures = r.to_json()
+    model_max = r.setup.max_ctx
+    min_batch, min_ctx, min_kv = (dep.get(k) for k in REQUIREMENT_KEYS)
+    reqs: list[Requirement] = []
+    warnings: list[str] = []
+    detail: list[str] = []
+    if model_max is not None and ctx > model_max:
+        over = Requirement("ctx", ctx, model_max, "tokens")
+        reqs = [over]
+        reason = "ctx exceeds model maximum"
+        detail.append(f"ctx {ctx:,} exceeds the model maximum {model_max:,} ({r.setup.max_ctx_source})")
+        binding = over
+    else:
+        if min_batch is not None:
+            reqs.append(Requirement("min_batch", min_batch, r.max_batch, "requests", at=r.ctx))
+        if min_ctx is not None:
+            reqs.append(Requirement("min_ctx", min_ctx, r.max_ctx, "tokens", at=batch))
+        if min_kv is not None:
+            reqs.append(Requirement("min_kv_tokens", min_kv, r.capacity.kv_capacity_tokens or 0, "tokens"))
+        if not reqs:
+            reqs.append(Requirement("min_batch", 1, r.max_batch, "requests", at=r.ctx, implicit=True))
+        binding = min(reqs, key=lambda q: q.relative)  # the smallest relative margin (first on ties)
+        failing = [q for q in reqs if not q.passed]
+        if not r.weights_fit:
+            reason = "weights do not fit"
+            detail.append(f"weights {fmt_bytes(r.weight_bytes)} per GPU leave no KV budget "
+                          f"({fmt_bytes(r.kv_budget_bytes)}) on {sel.gpu.name}")
+        elif failing:
+            reason = "; ".join(q.sentence() for q in sorted(failing, key=lambda q: q.relative))
+        else:
+            reason = "; ".join(q.sentence() for q in reqs)
+        detail.extend(q.sentence() for q in reqs)
+    would_start = r.capacity.engine_would_start
+    start_failed = False
+    if not would_start:
+        message = r.capacity.start_message or "the engine's start-up checks fail"
+        if dep.get("require_start"):
+            start_failed = True
+            detail.append(f"engine would not start: {message}")
+        else:
+            warnings.append(f"engine would not start as configured: {message} "
+                            "(set max_model_len to the context you serve; require_start: true fails on this)")
+    passed = all(q.passed for q in reqs) and r.weights_fit and not start_failed
+    if start_failed and all(q.passed for q in reqs) and r.weights_fit:
+        reason = "engine would not start"
+    inputs = {k: f.value for k, f in sorted(dep.fields.items(), key=lambda kv: list(KEYS).index(kv[0]))}
+    inputs.setdefault("ctx", ctx)
+    return DeploymentResult(dep, passed, reason, "; ".join(detail), inputs, r.setup.engine.label, sel.to_json(), tp, pp,
+                            figures, binding, tuple(reqs), tuple(warnings))
+
+
+def run(paths: list[str], *, only: list[str] | None = None, offline: bool = False) -> CheckReport:
+    """Check every deployment of every file (or only those named); problems of every file are collected."""
+    files = [parse_file(p) for p in paths]
+    wanted = set(only or ())
+    if wanted:
+        known = {d.get("name") for f in files for d in f.deployments}
+        unknown = sorted(wanted - known)
+        if unknown and all(f.valid for f in files):
+            have = ", ".join(sorted(n for n in known if n)) or "none"
+            raise InputError(f"--only: no deployment named {', '.join(map(repr, unknown))} (deployments: {have})")
+    res = _Resolver(offline)
+    for f in files:
+        for dep in f.deployments:
+            if wanted and dep.get("name") not in wanted:
+                continue
+            result = _solve(dep, res, f)
+            if result is not None:
+                f.results.append(result)
+        f.problems = sorted(set(f.problems), key=lambda p: (p.line or 0, p.column or 0, p.message))
+        if f.problems:
+            f.results = []  # an invalid file is reported by its problems only
+    return CheckReport(files)
