@@ -28,7 +28,7 @@ import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from kvplan import JSON_SCHEMA
-from kvplan.errors import InputError, KvplanError
+from kvplan.errors import CheckFailed, InputError, KvplanError
 from kvplan.units import fmt_bytes, fmt_int, parse_bytes, parse_fraction, parse_headroom, parse_tokens
 
 FORMATS = ("table", "json", "junit", "github")
@@ -146,6 +146,7 @@ class Deployment:
     column: int
     fields: dict[str, Field]
     broken: bool = False  # a phase-1 problem: never solved
+    present: frozenset[str] = frozenset()  # keys written (valid or not), defaults included
 
     def get(self, key: str, default: Any = None) -> Any:
         f = self.fields.get(key)
@@ -432,6 +433,8 @@ def convert(node: Node, key: str, kind: str) -> Any:
     if kind == "fraction":
         return _user_error(lambda: parse_fraction(value, key))
     if kind == "headroom":
+        if isinstance(value, (int, float)) and not 0 <= value < 1:
+            raise _Bad(f"{key}: {text} is outside [0, 1); use e.g. 0.1 or 10% (the share of the KV budget held back)")
         return _user_error(lambda: parse_headroom(value, key))
     if kind == "size":
         if isinstance(value, float):
@@ -489,10 +492,11 @@ class _FileParser:
             explicit[k.value] = (k, v)
         return {**merged, **explicit}
 
-    def fields(self, node: MappingNode, *, in_defaults: bool) -> tuple[dict[str, Field], bool]:
+    def fields(self, node: MappingNode, *, in_defaults: bool) -> tuple[dict[str, Field], bool, set[str]]:
         out: dict[str, Field] = {}
         ok = True
         where = "defaults" if in_defaults else "a deployment"
+        present = {"min_batch" if k == "batch" else k for k in self.pairs(node)}
         for key, (knode, vnode) in self.pairs(node).items():
             if key not in KEYS:
                 self.problem(knode, f"unknown key {key!r} in {where}{_suggest(key, list(k for k in KEYS if k != 'batch'))}")
@@ -514,14 +518,14 @@ class _FileParser:
                 ok = False
                 continue
             out[target] = Field(target, value, vnode.start_mark.line + 1, vnode.start_mark.column + 1, in_defaults)
-        return out, ok
+        return out, ok, present
 
     def parse(self, text: str) -> None:
         try:
             root = yaml.compose(text, Loader=yaml.SafeLoader)
         except yaml.MarkedYAMLError as e:
             mark = e.problem_mark or e.context_mark
-            message = " ".join(str(x) for x in (e.context, e.problem) if x) or "invalid YAML"
+            message = ": ".join(str(x) for x in (e.context, e.problem) if x) or "invalid YAML"
             self.problem(None, f"invalid YAML: {message}", mark)
             return
         except yaml.YAMLError as e:
@@ -540,11 +544,11 @@ class _FileParser:
             if key not in TOP_KEYS:
                 self.problem(knode, f"unknown top-level key {key!r}{_suggest(key, TOP_KEYS)}")
         defaults: dict[str, Field] = {}
-        defaults_ok = True
+        defaults_ok, defaults_present = True, set()
         if "defaults" in top:
             dnode = top["defaults"][1]
             if isinstance(dnode, MappingNode):
-                defaults, defaults_ok = self.fields(dnode, in_defaults=True)
+                defaults, defaults_ok, defaults_present = self.fields(dnode, in_defaults=True)
             elif not (isinstance(dnode, ScalarNode) and _kind(dnode) == "null"):
                 self.problem(dnode, f"defaults: expected a mapping of keys, got {_shape(dnode)}")
         if "deployments" not in top:
@@ -563,9 +567,10 @@ class _FileParser:
                 self.problem(item, f"deployment #{i}: expected a mapping (name: ..., model: ..., gpu: ..., ctx: ...), "
                              f"got {_shape(item) if not isinstance(item, ScalarNode) else repr(item.value)}")
                 continue
-            own, ok = self.fields(item, in_defaults=False)
+            own, ok, present = self.fields(item, in_defaults=False)
             dep = Deployment(self.path, i, item.start_mark.line + 1, item.start_mark.column + 1,
-                             {**defaults, **own}, broken=not (ok and defaults_ok))
+                             {**defaults, **own}, broken=not (ok and defaults_ok),
+                             present=frozenset(present | defaults_present))
             self.validate(dep, item)
             name = dep.get("name")
             if name is not None:
@@ -588,8 +593,8 @@ class _FileParser:
         from kvplan import dtypes, engines, weights
 
         label = f"deployment {dep.get('name')!r}" if dep.get("name") else f"deployment #{dep.index}"
-        missing = [k for k in REQUIRED if k not in dep.fields]
-        if "ctx" not in dep.fields and "min_ctx" not in dep.fields:
+        missing = [k for k in REQUIRED if k not in dep.present]
+        if not {"ctx", "min_ctx"} & dep.present:
             missing.append("ctx")
         if missing:
             self.problem(node, f"{label}: missing {', '.join(missing)}"
@@ -818,3 +823,15 @@ def run(paths: list[str], *, only: list[str] | None = None, offline: bool = Fals
         if f.problems:
             f.results = []  # an invalid file is reported by its problems only
     return CheckReport(files)
+
+
+def outcome_error(report: CheckReport) -> KvplanError:
+    """The error the CLI boundary turns into the one summary line and the exit code (2 invalid, 1 failing)."""
+    invalid = [f.path for f in report.files if not f.valid]
+    if invalid:
+        n = len(report.problems)
+        return InputError(f"{n} problem{'s' if n != 1 else ''} in {', '.join(invalid)} (listed above); "
+                          f"nothing in {'that file' if len(invalid) == 1 else 'those files'} was checked")
+    failed = [r.name for r in report.results if not r.passed]
+    return CheckFailed(f"{len(failed)} of {len(report.results)} deployment{'s' if len(report.results) != 1 else ''} "
+                       f"failed: {', '.join(failed)}")

@@ -221,19 +221,14 @@ def check(
         except OSError as e:
             raise InputError(f"--output {output}: cannot write: {e.strerror or e}") from None
     if text is None or output:
-        render.console().print(render.check_view(report))
+        render.print_check(report)
     else:
         sys.stdout.write(text)
         sys.stdout.flush()
-    for problem in report.problems:
+    for problem in report.problems:  # every problem as FILE:LINE:COLUMN: message, then the one summary line
         sys.stderr.write(f"{problem}\n")
-    if report.problems:
-        n = len(report.problems)
-        sys.stderr.write(f"kvplan: error: {n} problem{'s' if n != 1 else ''} in "
-                         f"{', '.join(f.path for f in report.files if not f.valid)}; nothing in "
-                         f"{'it' if sum(not f.valid for f in report.files) == 1 else 'them'} was checked\n")
     if report.exit_code:
-        raise typer.Exit(report.exit_code)
+        raise checks.outcome_error(report)
 
 
 # ---------------------------------------------------------------------------------------------- models, gpus

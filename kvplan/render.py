@@ -212,27 +212,35 @@ def _check_cells(q: Any) -> tuple[str, str, str]:
 
 
 def check_view(report: Any) -> Group:
-    """`kvplan check` as tables: one per file, a row per deployment (required, achievable, margin, verdict)."""
+    """`kvplan check` as tables: one per file, a row per deployment (required, achievable, margin, verdict with the
+    reason), then the warnings and a summary line."""
     parts: list[Any] = []
+    warnings: list[str] = []
     for f in report.files:
         if not f.valid:
-            parts.append(Text(f"{f.path}: invalid, {len(f.problems)} problem{'s' if len(f.problems) != 1 else ''} "
-                              "(listed on stderr); nothing checked", style="bold red"))
+            n = len(f.problems)
+            parts.append(Text(f"{f.path}: invalid, {n} problem{'s' if n != 1 else ''} (listed on stderr); "
+                              "nothing checked", style="bold red"))
             continue
-        t = Table(title=f"{f.path}", title_justify="left", show_lines=True)
-        for col, just in (("deployment", "left"), ("model / GPU", "left"), ("required", "right"),
-                          ("achievable", "right"), ("margin", "right"), ("result", "left")):
+        t = Table(title=f.path, title_justify="left", show_lines=True)
+        for col, just in (("deployment", "left"), ("required", "right"), ("achievable", "right"), ("margin", "right"),
+                          ("result", "left")):
             t.add_column(col, justify=just)
         for r in f.results:
             cells = [_check_cells(q) for q in r.requirements]
             verdict = "[green]PASS[/green]" if r.passed else f"[red]FAIL[/red]: {r.reason}"
-            for w in r.warnings:
-                verdict += f"\n[yellow]warning: {w}[/yellow]"
-            model = r.figures["model"]["requested"]
-            t.add_row(r.name, f"{model}\n{r.deployment.get('gpu')}, {r.engine}" + (f", tp {r.tp} x pp {r.pp}" if r.tp * r.pp > 1 else ""),
-                      "\n".join(c[0] for c in cells), "\n".join(c[1] for c in cells),
+            if r.warnings:
+                verdict += " [yellow](warning)[/yellow]"
+                warnings.extend(f"{r.name}: {w}" for w in r.warnings)
+            where = f"{r.figures['model']['requested']} on {r.deployment.get('gpu')}, {r.engine}"
+            if r.tp * r.pp > 1:
+                where += f", tp {r.tp} x pp {r.pp}"
+            t.add_row(f"{r.name}\n[dim]{where}[/dim]", "\n".join(c[0] for c in cells), "\n".join(c[1] for c in cells),
                       "\n".join(c[2] for c in cells), verdict)
         parts.append(t)
+    block = _notes("warnings", warnings, "yellow")
+    if block is not None:
+        parts.append(block)
     results = report.results
     failed = sum(not r.passed for r in results)
     invalid = sum(not f.valid for f in report.files)
@@ -242,6 +250,14 @@ def check_view(report: Any) -> Group:
     style = "bold green" if report.exit_code == 0 else "bold red"
     parts.append(Text(f"kvplan check: {summary} (exit {report.exit_code})", style=style))
     return Group(*parts)
+
+
+def print_check(report: Any) -> None:
+    """Print check_view; off a terminal (CI logs) at 120 columns at least, so rows do not wrap into towers."""
+    con = console()
+    if not con.is_terminal and con.width < 120:
+        con.width = 120
+    con.print(check_view(report))
 
 
 def plain_text(renderable: Any, width: int = 140) -> str:

@@ -24,39 +24,30 @@ _TOKEN_RE = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
 _BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 
 
-def parse_tokens(text: str | int, what: str = "token count") -> int:
-    """'4096', '32k', '1M' -> tokens (k = 1024, M = 1,048,576). Must be > 0."""
+def _suffixed_int(text: str | int, what: str, expected: str) -> int:
+    """An integer, optionally with k (x1024) or M (x1,048,576); must be > 0."""
     if isinstance(text, bool):
-        raise InputError(f"{what}: expected a token count like 4096, 32k or 1M, got {text!r}")
+        raise InputError(f"{what}: expected {expected}, got {text!r}")
     if isinstance(text, int):
         value = text
     else:
         m = _TOKEN_RE.match(str(text))
         if not m:
-            raise InputError(
-                f"{what}: {text!r} is not a token count; use an integer, optionally with k (x1024) "
-                "or M (x1,048,576), e.g. 4096, 32k, 1M (no decimals with a suffix)"
-            )
+            raise InputError(f"{what}: {text!r} is not {expected}")
         value = int(m.group(1)) * _TOKEN_SUFFIX[m.group(2).lower()]
     if value <= 0:
-        raise InputError(f"{what}: must be a positive number of tokens, got {text!r}")
+        raise InputError(f"{what}: must be {expected}, got {text!r}")
     return value
+
+
+def parse_tokens(text: str | int, what: str = "token count") -> int:
+    """'4096', '32k', '1M' -> tokens (k = 1024, M = 1,048,576). Must be > 0."""
+    return _suffixed_int(text, what, "a positive token count such as 4096, 32k or 1M (no decimals with a suffix)")
 
 
 def parse_count(text: str | int, what: str) -> int:
     """A positive integer (batch sizes, GPU counts, tp/pp); k/M suffixes accepted as for tokens."""
-    if isinstance(text, bool):
-        raise InputError(f"{what}: expected a positive integer, got {text!r}")
-    if isinstance(text, int):
-        value = text
-    else:
-        m = _TOKEN_RE.match(str(text))
-        if not m:
-            raise InputError(f"{what}: {text!r} is not a positive integer")
-        value = int(m.group(1)) * _TOKEN_SUFFIX[m.group(2).lower()]
-    if value <= 0:
-        raise InputError(f"{what}: must be a positive integer, got {text!r}")
-    return value
+    return _suffixed_int(text, what, "a positive integer")
 
 
 def parse_bytes(text: str | int, what: str = "size") -> int:
