@@ -1,7 +1,7 @@
 """`kvplan check`: capacity checks for CI pipelines. YAML files -> validated deployments -> fit -> pass/fail.
 
 A file holds `deployments:` (a list of mappings) and optionally `defaults:` (a mapping merged under every
-deployment). Each deployment names a model, a GPU and a context, and states requirements that must hold:
+deployment; top-level keys starting with `x-` are ignored, room for YAML anchors). Each deployment names a model, a GPU and a context, and states requirements that must hold:
 
     min_batch      requests of ctx tokens that must run at once  (fit's max_batch at ctx; `batch` is the same key)
     min_ctx        the context that must fit at min_batch (or 1) requests  (fit's max_ctx)
@@ -29,7 +29,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from kvplan import JSON_SCHEMA
 from kvplan.errors import CheckFailed, InputError, KvplanError
-from kvplan.units import fmt_bytes, fmt_int, parse_bytes, parse_fraction, parse_headroom, parse_tokens
+from kvplan.units import fmt_bytes, fmt_int, parse_bytes, parse_count, parse_fraction, parse_headroom, parse_tokens
 
 FORMATS = ("table", "json", "junit", "github")
 
@@ -190,8 +190,12 @@ class Requirement:
         v, a = fmt_int(self.value), fmt_int(self.achievable)
         if self.kind == "ctx":
             return f"ctx {v} exceeds the model maximum {a}"
+        if self.kind == "min_batch" and self.implicit:
+            if self.passed:
+                return f"one request fits: {a} requests of {fmt_int(self.at)} tokens fit (margin {self.margin:+,})"
+            return f"not one request of {fmt_int(self.at)} tokens fits"
         if self.kind == "min_batch":
-            what = "one request" if self.implicit else f"min_batch {v}"
+            what = f"min_batch {v}"
             got = f"{a} request{'s' if self.achievable != 1 else ''} of {fmt_int(self.at)} tokens fit"
         elif self.kind == "min_ctx":
             what, got = f"min_ctx {v}", f"max ctx {a} at batch {fmt_int(self.at)}"
@@ -199,7 +203,8 @@ class Requirement:
             what, got = f"min_kv_tokens {v}", f"KV capacity {a} tokens"
         if self.passed:
             return f"{what} met: {got} (margin {self.margin:+,})"
-        return f"{what} not met: {got} (short by {-self.margin:,} {self.unit})"
+        unit = self.unit[:-1] if self.margin == -1 else self.unit
+        return f"{what} not met: {got} (short by {-self.margin:,} {unit})"
 
 
 @dataclass(frozen=True)
@@ -360,7 +365,8 @@ def _integer(node: Node, key: str, kind: str) -> int:
     if not isinstance(node, ScalarNode):
         raise _Bad(f"{key}: expected {expected}, got {_shape(node)}")
     text, k = node.value, _kind(node)
-    parse = lambda v: _user_error(lambda: parse_tokens(v, key))  # noqa: E731
+    parser = parse_tokens if kind == "tokens" else parse_count
+    parse = lambda v: _user_error(lambda: parser(v, key))  # noqa: E731
     if _plain(node) and re.fullmatch(r"[-+]?0[0-9_]+[kKmM]?", text.strip()):
         octal = f" as the octal number {_CONSTRUCTOR.construct_yaml_int(node)}" if k == "int" else ""
         raise _Bad(f"{key}: {text} has a leading zero, which YAML 1.1 reads{octal or ' as octal'}; "
@@ -541,7 +547,7 @@ class _FileParser:
             return
         top = self.pairs(root)
         for key, (knode, _) in top.items():
-            if key not in TOP_KEYS:
+            if key not in TOP_KEYS and not key.startswith("x-"):  # x-...: room for anchors, as in compose files
                 self.problem(knode, f"unknown top-level key {key!r}{_suggest(key, TOP_KEYS)}")
         defaults: dict[str, Field] = {}
         defaults_ok, defaults_present = True, set()
@@ -784,14 +790,14 @@ def _judge(dep: Deployment, r: Any, sel: Any, tp: int, pp: int, ctx: int, batch:
         detail.extend(q.sentence() for q in reqs)
     would_start = r.capacity.engine_would_start
     start_failed = False
-    if not would_start:
+    if not would_start and r.weights_fit:
         message = r.capacity.start_message or "the engine's start-up checks fail"
         if dep.get("require_start"):
             start_failed = True
             detail.append(f"engine would not start: {message}")
         else:
-            warnings.append(f"engine would not start as configured: {message} "
-                            "(set max_model_len to the context you serve; require_start: true fails on this)")
+            hint = "set max_model_len to the context you serve; " if "max_model_len" in message else ""
+            warnings.append(f"engine would not start as configured: {message} ({hint}require_start: true fails on this)")
     passed = all(q.passed for q in reqs) and r.weights_fit and not start_failed
     if start_failed and all(q.passed for q in reqs) and r.weights_fit:
         reason = "engine would not start"

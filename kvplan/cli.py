@@ -126,6 +126,7 @@ def fit(
     pp: Annotated[Optional[str], typer.Option("--pp", help="pipeline-parallel stages")] = None,
     kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB")] = None,
     reserve: Annotated[Optional[str], typer.Option("--reserve", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB")] = None,
+    headroom: Annotated[Optional[str], typer.Option("--headroom", help="share of the KV budget held back before solving, e.g. 10%")] = None,
     gpu_memory_utilization: Annotated[Optional[str], typer.Option("--gpu-memory-utilization", help="vllm: fraction of CUDA total (0.92 / 0.90 by version)")] = None,
     max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs", help="vllm: running-request limit")] = None,
     max_model_len: Annotated[Optional[str], typer.Option("--max-model-len", help="vllm: the engine's max_model_len for its start-up check (default: the model max)")] = None,
@@ -143,7 +144,7 @@ def fit(
     hub: Hub = False, token: Token = None, timeout: Timeout = None,
 ) -> None:
     from kvplan import gpus as gpu_catalog, planner
-    from kvplan.units import parse_bytes, parse_fraction
+    from kvplan.units import parse_bytes, parse_fraction, parse_headroom
 
     selection = gpu_catalog.resolve_gpu(gpu)
     knobs = dict(
@@ -169,6 +170,7 @@ def fit(
         [model] if model else None, eo, selection, parse_tokens(ctx, "--ctx") if ctx else None, parse_count(batch, "--batch"),
         mo_template=mo, kv_budget=parse_bytes(kv_budget, "--kv-budget") if kv_budget else None,
         reserve=_parse_reserve(reserve), tp=parse_count(tp, "--tp") if tp else None, pp=parse_count(pp, "--pp") if pp else None,
+        headroom=parse_headroom(headroom, "--headroom") if headroom else 0.0,
     )
     if json_out:
         _print_json(report.to_json())
@@ -192,10 +194,10 @@ def _parse_reserve(text: str | None) -> int | None:
 # ---------------------------------------------------------------------------------------------- check
 @app.command(help="CI capacity checks: deployments in YAML must fit (exit 0 all pass, 1 any fails, 2 a file is invalid).")
 def check(
-    files: Annotated[list[str], typer.Argument(help="kvplan.yaml files (defaults + deployments; README: CI capacity checks)")],
-    fmt: Annotated[str, typer.Option("--format", "-f", help="table (default), json, junit, github (::error annotations)")] = "table",
-    output: Annotated[Optional[str], typer.Option("--output", "-o", help="write the --format report to FILE (the console still gets the table)")] = None,
-    only: Annotated[Optional[list[str]], typer.Option("--only", help="check only the deployment NAME (repeatable)")] = None,
+    files: Annotated[list[str], typer.Argument(metavar="FILE...", help="kvplan.yaml files (defaults + deployments; README: CI capacity checks)")],
+    fmt: Annotated[str, typer.Option("--format", "-f", metavar="FORMAT", help="table (default), json, junit, github (::error annotations)")] = "table",
+    output: Annotated[Optional[str], typer.Option("--output", "-o", metavar="FILE", help="write the --format report to FILE (the console still gets the table)")] = None,
+    only: Annotated[Optional[list[str]], typer.Option("--only", metavar="NAME", help="check only the deployment NAME (repeatable)")] = None,
     offline: Offline = False,
     json_out: Annotated[bool, typer.Option("--json", help="the same as --format json")] = False,
 ) -> None:
@@ -281,15 +283,75 @@ def pull(
                          + (f"  [{p.note}]" if p.note else "") + "\n")
 
 
-@app.command(help="List the GPU catalog (names, aliases, nvidia-smi and CUDA totals, bandwidth).")
-def gpus(json_out: Json = False) -> None:
+@app.command(help="List the GPU catalog (names, aliases, nvidia-smi and CUDA totals, bandwidth); --local: this machine's GPUs.")
+def gpus(
+    json_out: Json = False,
+    local: Annotated[bool, typer.Option("--local", help="the local CUDA devices (name, NVML and CUDA totals) in the catalog's form, and the entry each matches (needs torch)")] = False,
+) -> None:
     from kvplan import gpus as gpu_catalog, render
 
+    if local:
+        from kvplan.verify.local_gpu import local_devices
+
+        devices = local_devices()
+        if json_out:
+            _print_json({"schema": 1, "devices": devices})
+        else:
+            render.console().print(render.local_gpus_view(devices))
+        return
     rows = gpu_catalog.catalog_rows()
     if json_out:
         _print_json({"schema": 1, "gpus": rows})
     else:
         render.console().print(render.gpus_view(rows))
+
+
+# ---------------------------------------------------------------------------------------------- verify
+@app.command(help="Check predictions against a live torch allocation (CUDA, or CPU without a GPU): allocate the "
+                  "CachePlan and measure it; --fit finds the real limit; --with-model runs transformers' model code. "
+                  "Exit 1 when a check fails. Needs torch: pip install \"kvplan[verify]\".")
+def verify(
+    model: Annotated[str, typer.Argument(help="alias (kvplan models), Hub id org/name, or a path to config.json")],
+    ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", help="tokens per sequence (default: the model maximum; with --fit: search the largest ctx at --batch)")] = None,
+    batch: Annotated[str, typer.Option("--batch", "-b", help="concurrent sequences")] = "1",
+    device: Annotated[str, typer.Option("--device", help="auto (CUDA when torch sees one, else CPU), cpu, cuda, cuda:N; with --with-model also runs a real forward there")] = "auto",
+    fit_check: Annotated[bool, typer.Option("--fit", help="find the largest batch at --ctx (or the largest ctx at --batch) that really allocates within the engine budget, beside the prediction")] = False,
+    memory_limit: Annotated[Optional[str], typer.Option("--memory-limit", help="memory for weights + KV (e.g. 16GiB); KV budget = limit - predicted weights. Required for --fit on CPU")] = None,
+    with_model: Annotated[bool, typer.Option("--with-model", help="run transformers' model code for the config (meta device; a scaled real forward with --device) and compare its cache with the hf layout")] = False,
+    rss: Annotated[bool, typer.Option("--rss/--no-rss", help="CPU: touch tensors of >= 1 MiB in a fresh process and check its RSS growth")] = True,
+    engine: Engine = None, kv_dtype: KvDtype = None, k_dtype: KDtype = None, v_dtype: VDtype = None,
+    state_dtype: StateDtype = None, weight_dtype: WeightDtype = None, tp: Tp = "1", pp: Pp = "1",
+    encoder_len: EncoderLen = None,
+    block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None, async_scheduling: AsyncSched = None,
+    disable_hybrid_kv_cache_manager: DisableHybrid = None, page_size: PageSize = None, ubatch: Ubatch = None,
+    kv_unified: KvUnified = None, swa_full: SwaFull = None, flash_attn: FlashAttn = None,
+    tokens_per_block: TokensPerBlock = None,
+    json_out: Json = False, revision: Revision = None, offline: Offline = False, refresh: Refresh = False,
+    hub: Hub = False, token: Token = None, timeout: Timeout = None,
+) -> None:
+    from kvplan.errors import CheckFailed
+    from kvplan.units import parse_bytes
+    from kvplan.verify import core
+
+    knobs = dict(block_size=block_size, max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
+                 disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, page_size=page_size, ubatch=ubatch,
+                 kv_unified=kv_unified, swa_full=swa_full, flash_attn=flash_attn, tokens_per_block=tokens_per_block)
+    mo = _options(model, revision=revision, offline=offline, refresh=refresh, hub=hub, token=token, timeout=timeout,
+                  encoder_len=encoder_len)
+    eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=k_dtype, v_dtype=v_dtype, state_dtype=state_dtype,
+                         weight_dtype=weight_dtype, tp=tp, pp=pp, knobs=knobs)
+    opts = core.VerifyOptions(device=device, fit=fit_check, with_model=with_model, rss=rss,
+                              memory_limit=parse_bytes(memory_limit, "--memory-limit") if memory_limit else None)
+    result = core.run(mo, eo, parse_tokens(ctx, "--ctx") if ctx is not None else None, parse_count(batch, "--batch"),
+                      opts)
+    if json_out:
+        _print_json(result.to_json())
+    else:
+        from kvplan import render
+
+        render.console().print(render.verify_view(result))
+    if not result.passed:
+        raise CheckFailed(result.failure_line())
 
 
 # ---------------------------------------------------------------------------------------------- entry point

@@ -193,7 +193,7 @@ class FitReport:
 
 def fit(models: list[str] | None, eo: EngineOptions, gpu: GpuSelection, ctx: int | None, batch: int = 1, *,
         mo_template: ModelOptions | None = None, kv_budget: int | None = None, reserve: int | None = None,
-        tp: int | None = None, pp: int | None = None) -> FitReport:
+        tp: int | None = None, pp: int | None = None, headroom: float = 0.0) -> FitReport:
     """One model (with its frontier) or, without models, the whole bundled catalog at ctx (default 4096)."""
     template = mo_template or ModelOptions("")
     results, errors = [], []
@@ -202,7 +202,7 @@ def fit(models: list[str] | None, eo: EngineOptions, gpu: GpuSelection, ctx: int
     for ref in refs:
         try:
             results.append(fit_model(replace(template, model=ref), eo, gpu, ctx, batch, kv_budget=kv_budget,
-                                     reserve=reserve, frontier=one, tp=tp, pp=pp))
+                                     reserve=reserve, frontier=one, tp=tp, pp=pp, headroom=headroom))
         except KvplanError as e:
             if one:
                 raise

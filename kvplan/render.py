@@ -341,3 +341,131 @@ def check_github(report: Any) -> str:
                  + (f", {invalid} invalid file{'s' if invalid != 1 else ''}" if invalid else "")
                  + f" (exit {report.exit_code})")
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------- verify
+def _pass(ok: bool) -> str:
+    return "[green]pass[/green]" if ok else "[bold red]FAIL[/bold red]"
+
+
+def verify_view(r: Any) -> Group:
+    """The result of `kvplan verify` (kvplan.verify.core.VerifyResult)."""
+    s, p, a, d = r.setup, r.plan, r.alloc, r.device
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    ref = s.ref
+    head.add_row("model", f"{ref.id or ref.requested}  [dim]{ref.source}[/dim]")
+    head.add_row("engine", p.engine + (f"   tp {s.tp} x pp {s.pp} (one GPU's share)" if s.tp > 1 or s.pp > 1 else ""))
+    head.add_row("request", f"batch {fmt_int(r.batch)} x ctx {fmt_int(r.ctx)} tokens")
+    head.add_row("KV dtype", f"{s.kvd.label} [dim]({s.kvd.source})[/dim]")
+    head.add_row("device", f"{d.device}  {d.name}" + (f"  [dim]total {fmt_bytes(d.total_bytes)}[/dim]" if d.total_bytes else "")
+                 + f"  [dim]torch {d.torch_version}[/dim]")
+
+    cuda = a.device != "cpu"
+    groups = Table(title="allocation: predicted vs measured by layer group", title_justify="left")
+    cols = [("kind", "left"), ("layers", "right"), ("tensors", "right"), ("predicted", "right")]
+    cols += [("expected", "right")] if cuda else []
+    for col, just in cols + [("measured", "right"), ("", "left")]:
+        groups.add_column(col, justify=just)
+    for g in a.groups:
+        cells = [KIND_LABELS.get(g.kind, g.kind), str(g.layers), fmt_int(g.tensors), fmt_int(g.predicted_bytes)]
+        if cuda:
+            cells.append(fmt_int(g.expected_bytes))
+        cells += [fmt_int(g.measured_bytes), _pass(g.passed)]
+        groups.add_row(*cells)
+
+    totals = Table.grid(padding=(0, 2))
+    totals.add_column(style="bold")
+    totals.add_column(justify="right")
+    totals.add_row("predicted (plan)", bytes_cell(a.predicted_bytes))
+    if cuda:
+        totals.add_row("expected allocated", bytes_cell(a.expected_bytes) + "  [dim](after the allocator's rounding)[/dim]")
+        totals.add_row("memory_allocated +", bytes_cell(a.measured_bytes))
+        totals.add_row("memory_reserved +", bytes_cell(a.measured_reserved_bytes)
+                       + (f"  [dim](model from an empty cache {fmt_int(a.expected_reserved_bytes)} B)[/dim]"
+                          if a.expected_reserved_bytes is not None else ""))
+        totals.add_row("mem_get_info used +", bytes_cell(a.measured_device_bytes))
+    else:
+        totals.add_row("storage bytes", bytes_cell(a.measured_bytes))
+    if r.rss is not None:
+        x = r.rss
+        totals.add_row("RSS growth", (x.error or bytes_cell(x.measured_bytes))
+                       + f"  [dim]({fmt_int(x.tensors)} tensors >= 1 MiB, {fmt_int(x.expected_bytes)} B touched, "
+                         f"tolerance {fmt_int(x.tolerance_bytes)} B)[/dim]")
+    parts: list[Any] = [Panel(head, title="kvplan verify", title_align="left"), groups, totals]
+
+    if r.fit is not None:
+        f = r.fit
+        unit = "batch" if f.mode == "batch" else "ctx"
+        ft = Table.grid(padding=(0, 2))
+        ft.add_column(style="bold")
+        ft.add_column(justify="right")
+        ft.add_row("weights (charged)", bytes_cell(f.weight_bytes))
+        ft.add_row("KV budget", bytes_cell(f.kv_budget_bytes) + f"  [dim]({f.source})[/dim]")
+        if f.fraction is not None:
+            ft.add_row("memory fraction", f"{f.fraction:.6f}  [dim](restored to {f.restored_fraction})[/dim]")
+        ft.add_row(f"predicted max {unit}", fmt_int(f.predicted)
+                   + (f"  [dim](plan under the budget {fmt_int(f.plan_predicted)})[/dim]"
+                      if f.planner_predicted is not None else ""))
+        ft.add_row(f"measured max {unit}", fmt_int(f.measured) + f"  [dim]({len(f.trials)} allocations)[/dim]")
+        ft.add_row("difference", f"{f.difference:+,}  {_pass(f.passed)}")
+        if f.allocator_rounding_bytes is not None:
+            ft.add_row("allocator rounding", bytes_cell(f.allocator_rounding_bytes) + "  [dim](segments minus plan)[/dim]")
+        if f.os_overhead_bytes is not None:
+            ft.add_row("address-space overhead", bytes_cell(f.os_overhead_bytes) + "  [dim](pages per tensor)[/dim]")
+        parts += [Text("--fit", style="bold"), ft]
+
+    if r.model is not None:
+        m = r.model
+        mt = Table(title=f"--with-model: transformers {m.transformers_version} cache vs {m.engine}", title_justify="left")
+        for col, just in (("run", "left"), ("class", "left"), ("kind", "left"), ("predicted", "right"),
+                          ("measured", "right"), ("", "left")):
+            mt.add_column(col, justify=just)
+        for run in m.runs:
+            label = run.device + (" (scaled)" if run.config_scaled else "")
+            if run.status != "ran":
+                mt.add_row(label, run.model_class, "-", "-", "-", f"[yellow]skipped[/yellow]: {run.reason}")
+                continue
+            for g in run.groups:
+                mt.add_row(label, run.model_class, KIND_LABELS.get(g.kind, g.kind), fmt_int(g.predicted_bytes),
+                           fmt_int(g.measured_bytes), _pass(g.passed))
+            if run.unassigned_bytes or run.extra_bytes:
+                mt.add_row(label, run.model_class, "outside the plan's groups", "0",
+                           fmt_int(run.unassigned_bytes + run.extra_bytes), _pass(False))
+        parts.append(mt)
+
+    verdict = Text()
+    for c in r.checks:
+        verdict.append(f"{'PASS' if c.passed else 'FAIL'} ", style="green" if c.passed else "bold red")
+        verdict.append(f"{c.name}: {c.detail}\n")
+    parts.append(verdict)
+    for block in (_notes("warnings", r.warnings, "yellow"), _notes("notes", a.notes, "dim")):
+        if block is not None:
+            parts.append(block)
+    return Group(*parts)
+
+
+def local_gpus_view(devices: list[dict[str, Any]]) -> Group:
+    """`kvplan gpus --local`: each device and its catalog entry (YAML, ready for kvplan/data/gpus.yaml)."""
+    import yaml
+
+    parts: list[Any] = []
+    for d in devices:
+        t = Table.grid(padding=(0, 2))
+        t.add_column(style="bold")
+        t.add_column()
+        t.add_row("device", f"cuda:{d['index']}  {d['name']}  [dim](compute {d['compute_capability']})[/dim]")
+        t.add_row("CUDA total", bytes_cell(d["cuda_total_bytes"]) + "  [dim](torch total_memory)[/dim]")
+        t.add_row("cudaMemGetInfo", f"total {bytes_cell(d['mem_get_info_total_bytes'])}, free {bytes_cell(d['free_bytes'])}")
+        t.add_row("NVML total", bytes_cell(d["nvml_bytes"]) + (f"  [dim]({d['nvml_source']})[/dim]" if d["nvml_source"] else
+                                                               "  [dim](no pynvml, no nvidia-smi)[/dim]"))
+        if d["match"]:
+            diff = d["cuda_total_bytes"] - d["match_cuda_total_bytes"]
+            t.add_row("catalog entry", f"{d['match']}  [dim](catalog CUDA total {fmt_int(d['match_cuda_total_bytes'])} B"
+                                       f"{' estimated' if d['match_estimated'] else ''}, local {diff:+,} B)[/dim]")
+        else:
+            t.add_row("catalog entry", "[yellow]none matches[/yellow]: add the entry below to kvplan/data/gpus.yaml")
+        parts.append(Panel(t, title=f"local GPU {d['index']}", title_align="left"))
+        parts.append(Text(yaml.safe_dump([d["catalog_entry"]], sort_keys=False, width=100).rstrip()))
+    return Group(*parts)

@@ -146,17 +146,23 @@ def check_cuda(backend: Any, plan: CachePlan) -> AllocationCheck:
     try:
         last = before.allocated
         for gi, g in enumerate(plan.groups):
-            ts = []
+            ts: list[Any] = []
+            tensors.append(ts)
             for t in g.tensors:
                 for _ in range(t.count):
                     ts.append(backend.new(t.shape, t.dtype))
-            tensors.append(ts)
             now = int(backend.torch.cuda.memory_allocated(backend.info.device))
             groups[gi].measured_bytes = now - last
             groups[gi].tensors = len(ts)
             last = now
         backend.torch.cuda.synchronize(backend.info.device)
         during = backend.snapshot()
+    except backend.oom_errors as e:
+        raise EnvironmentProblem(f"{backend.info.device} ran out of memory while allocating the plan although "
+                                 f"{available:,} B were free before (another process?): "
+                                 f"{str(e).splitlines()[0][:160]}") from None
+    except RuntimeError as e:
+        raise EnvironmentProblem(f"{backend.info.device}: allocation failed: {str(e).splitlines()[0][:200]}") from None
     finally:
         del tensors
         backend.settle()

@@ -89,6 +89,8 @@ class PredictedFit:
     planner_max_ctx: int | None = None
     planner_json: dict[str, Any] | None = None
     notes: list[str] = field(default_factory=list)
+    setup: Any = None  # the planner's Setup (built for the local GPU), when it ran
+    prepared: Any = None
 
 
 def _planner_module() -> Any | None:
@@ -99,7 +101,7 @@ def _planner_module() -> Any | None:
     return planner if hasattr(planner, "fit_model") else None
 
 
-def _call_planner(planner: Any, setup: Any, mo: Any, eo: Any, gpu: Any, ctx: int, batch: int) -> Any:
+def _call_planner(planner: Any, setup: Any, mo: Any, eo: Any, gpu: Any, ctx: int | None, batch: int) -> Any:
     """kvplan.planner.fit_model, whichever of its two shapes is installed: fit_model(setup, gpu, ctx, batch) or
     fit_model(mo, eo, gpu, ctx, batch, tp=, pp=)."""
     params = list(inspect.signature(planner.fit_model).parameters)
@@ -116,12 +118,12 @@ def local_gpu_selection(name: str, total: int, count: int) -> Any:
     return gpus.GpuSelection(gpu=gpu, count=count, requested=name)
 
 
-def _predicted_fit(setup: Any, mo: Any, eo: Any, ctx: int, batch: int, *, memory_limit: int | None,
+def _predicted_fit(setup: Any, mo: Any, eo: Any, ctx: int | None, batch: int, *, memory_limit: int | None,
                    device_name: str | None = None, device_total: int | None = None) -> PredictedFit:
     """Weights and KV budget per GPU. With --memory-limit: budget = limit - predicted weights (no planner needed).
     Otherwise kvplan fit's figures for the local GPU (matched in the catalog, or a generic device of its CUDA
     total)."""
-    stage = setup.prepared.plan(ctx, 1).limiting_stage
+    stage = setup.prepared.plan(ctx or 1, 1).limiting_stage
     weights = setup.weight_bytes(stage)
     if memory_limit is not None:
         return PredictedFit(weights, memory_limit - weights, "memory limit",
@@ -136,6 +138,8 @@ def _predicted_fit(setup: Any, mo: Any, eo: Any, ctx: int, batch: int, *, memory
     out = PredictedFit(int(fit.weight_bytes), int(fit.kv_budget_bytes), "kvplan fit",
                        planner_max_batch=int(uncapped if uncapped is not None else fit.max_batch),
                        planner_max_ctx=int(fit.max_ctx) if getattr(fit, "max_ctx", None) is not None else None)
+    out.setup = getattr(fit, "setup", None)
+    out.prepared = getattr(out.setup, "prepared", None)
     try:
         out.planner_json = fit.to_json()
     except Exception:  # pragma: no cover - a planner without to_json still gives the figures
@@ -157,14 +161,29 @@ def plan_limits(prepared: Any, mode: str, ctx: int, batch: int, budget: int, max
 
 
 def within_one_step(prepared: Any, mode: str, ctx: int, batch: int, a: int, b: int) -> bool:
-    """True when a and b are at most one request (batch) or one allocation step of context apart: the plan one
-    past the smaller already holds as many bytes as the plan at the larger."""
+    """True when a and b are at most one request (batch) or one allocation step of context apart: the plan at
+    the larger holds no more bytes than the first plan that outgrows the smaller's."""
     lo, hi = min(a, b), max(a, b)
     if hi - lo <= 1:
         return True
     if mode == "batch":
         return False
-    return prepared.plan(lo + 1, batch).kv_bytes >= prepared.plan(hi, batch).kv_bytes
+
+    def nbytes(c: int) -> int:
+        return prepared.plan(c, batch).kv_bytes
+
+    base = nbytes(max(lo, 1))
+    top = nbytes(hi)
+    if top <= base:
+        return True
+    left, right = max(lo, 1) + 1, hi  # the first ctx whose plan outgrows `base`
+    while left < right:
+        mid = (left + right) // 2
+        if nbytes(mid) > base:
+            right = mid
+        else:
+            left = mid + 1
+    return top <= nbytes(left)
 
 
 @dataclass
@@ -277,7 +296,11 @@ def cuda_fit(backend: Any, prepared: Any, mode: str, ctx: int, batch: int, pred:
     torch = backend.torch
     oom = backend.oom_errors
     old = backend.get_fraction()
-    weights = backend.new((pred.weight_bytes,), "uint8") if pred.weight_bytes > 0 else None
+    try:
+        weights = backend.new((pred.weight_bytes,), "uint8") if pred.weight_bytes > 0 else None
+    except RuntimeError as e:  # torch.OutOfMemoryError included
+        raise EnvironmentProblem(f"--fit: {backend.info.device} cannot hold the predicted weights "
+                                 f"({pred.weight_bytes:,} B): {str(e).splitlines()[0][:160]}") from None
     fraction_set = False
     try:
         held = backend.snapshot()
@@ -302,6 +325,9 @@ def cuda_fit(backend: Any, prepared: Any, mode: str, ctx: int, batch: int, pred:
             except oom:
                 fc.trials.append({"n": n, "ok": False, "plan_bytes": plan.kv_bytes})
                 return False
+            except RuntimeError as e:  # anything but an out-of-memory is a broken device, not an answer
+                raise EnvironmentProblem(f"--fit: {backend.info.device} failed while allocating: "
+                                         f"{str(e).splitlines()[0][:200]}") from None
             finally:
                 del tensors
                 torch.cuda.empty_cache()

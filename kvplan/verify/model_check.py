@@ -85,15 +85,20 @@ def hf_config(raw: dict[str, Any], *, experts_implementation: str | None = None)
         d.pop(k, None)
     kwargs = {"experts_implementation": experts_implementation} if experts_implementation else {}
     try:
-        return transformers.AutoConfig.for_model(mt, **d, **kwargs)
+        with _quiet():
+            return transformers.AutoConfig.for_model(mt, **d, **kwargs)
     except Exception as e:  # unknown model_type (ValueError/KeyError) or a config validator's refusal
-        if raw.get("auto_map") or "not recognized" in str(e).lower() or "unrecognized" in str(e).lower():
+        from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+        if mt not in CONFIG_MAPPING:
+            remote = " (the family exists only as remote code on the Hub, which kvplan never runs)" \
+                if raw.get("auto_map") else ""
             raise EnvironmentProblem(
                 f"--with-model: transformers {transformers.__version__} cannot build model_type {mt!r}"
-                f"{' (' + arch + ')' if arch else ''}: the family exists only as remote code on the Hub (auto_map), "
-                "which kvplan never runs; verify it without --with-model") from None
+                f"{' (' + arch + ')' if arch else ''}{remote}; verify it without --with-model") from None
+        reason = " ".join(str(e).split())
         raise EnvironmentProblem(f"--with-model: transformers {transformers.__version__} rejects this config: "
-                                 f"{str(e).splitlines()[0]}") from None
+                                 f"{reason[:300]}") from None
 
 
 def model_class(raw: dict[str, Any]) -> Any:
@@ -103,8 +108,10 @@ def model_class(raw: dict[str, Any]) -> Any:
         raise InputError("--with-model: the config names no architectures[0] class to build")
     cls = getattr(transformers, ARCH_ALIASES.get(arch, arch), None)
     if cls is None:
-        raise EnvironmentProblem(f"--with-model: transformers {transformers.__version__} has no class {arch!r} "
-                                 "(remote code only); verify it without --with-model")
+        remote = " (the family exists only as remote code on the Hub, which kvplan never runs)" \
+            if raw.get("auto_map") else ""
+        raise EnvironmentProblem(f"--with-model: transformers {transformers.__version__} has no class {arch!r}"
+                                 f"{remote}; verify it without --with-model")
     return cls
 
 
