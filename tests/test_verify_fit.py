@@ -82,6 +82,15 @@ def test_weights_beyond_the_limit_leave_no_budget():
     assert d["passed"]
 
 
+def test_a_budget_of_a_few_bytes_fails_the_trial_not_the_child():
+    w = _limit("gpt2", "vllm", 0)
+    d = kvjson("verify", "gpt2", "--ctx", "1024", "--fit", "--memory-limit", f"{w + 1}B", "--device", "cpu")
+    f = d["fit"]
+    assert f["kv_budget_bytes"] == 1 and f["memory_limit_bytes"] == w + 1
+    assert d["predicted_max_batch"] == d["measured_max_batch"] == 0
+    assert [t["ok"] for t in f["trials"]] == [False] and d["passed"]
+
+
 class _Undercounting:
     """A layout whose byte figures are half of what its tensors take: the prediction is wrong by 2x."""
 

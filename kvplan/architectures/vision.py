@@ -35,9 +35,7 @@ def siglip(v: Cfg) -> list[WeightPart]:
             parts += _lin(p, h, h)
         parts += _lin("mlp.fc1", h, inter) + _lin("mlp.fc2", inter, h)
     parts += _ln("post_layernorm", h)
-    if v.get("vision_use_head", default=True):
-        heads = v.need_int("num_attention_heads")
-        del heads  # the pooling head: probe + multihead attention + LN + MLP
+    if v.get("vision_use_head", default=True):  # the pooling head: probe + multihead attention + LN + MLP
         parts.append(WeightPart("head.probe", (1, 1, h), "other", V))
         parts += _lin("head.attention.in_proj", h, 3 * h) + _lin("head.attention.out_proj", h, h)
         parts += _ln("head.layernorm", h) + _lin("head.mlp.fc1", h, inter) + _lin("head.mlp.fc2", inter, h)

@@ -179,7 +179,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     swa_full = bool(opts.get("swa_full") or False)
     flash_attn = opts.get("flash_attn")
     flash_attn = True if flash_attn is None else bool(flash_attn)
-    notes = [f"serving B requests of C tokens = -np B -c B*C; n_ctx padded to 256"
+    notes = ["serving B requests of C tokens = -np B -c B*C; n_ctx padded to 256"
              + ("" if rules.fixed_pad else " with flash attention (32 without)")]
     if rules.streams:
         notes.append("one cell stream per slot (--no-kv-unified, the default with -np)" if not unified
@@ -194,6 +194,9 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         notes.append("cross-attention K/V are recomputed from the stored encoder output (not in the KV cache)")
     if any(c.kind in ("mamba_state", "linear_state") for _, c in spec.caches):
         notes.append(f"recurrent state r/s in {(kvd.state or F32).name} for max(1, n_seq) sequences")
+    if pp > 1:
+        notes.append(f"layers split over {pp} GPUs as evenly as vLLM's pipeline split (llama.cpp -sm layer; -ts "
+                     "proportions change it)")
     if selected.note:
         notes.append(selected.note)
     caches = tuple(tuple((i, c) for i, c in st if c.kind != "cross") for st in base.stage_caches(spec, pp))

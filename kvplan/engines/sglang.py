@@ -13,7 +13,7 @@ from typing import Any
 
 from kvplan import dtypes
 from kvplan.engines import base
-from kvplan.engines.base import CachePlan, Knob, KVDtypes, PlanGroup, Request, cdiv, tensor
+from kvplan.engines.base import CachePlan, Knob, KVDtypes, PlanGroup, Request, tensor
 from kvplan.engines.versions import Selected, select
 from kvplan.spec import LayerCache, ModelSpec
 
@@ -170,9 +170,6 @@ def default_mem_fraction(gpu_mib: int | None, tp: int, pp: int, rules: Rules, ml
         reserved = max(reserved, 10240)
     return round((gpu_mib - reserved) / gpu_mib, 3)
 
-
-def cdiv_page(n: int, page: int) -> int:
-    return cdiv(n, page) * page
 
 
 # ---------------------------------------------------------------------------------------------- budget, capacity

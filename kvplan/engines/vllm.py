@@ -397,7 +397,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     mbt = opts.get("max_num_batched_tokens")
     if mbt is None:
         mbt = default_max_num_batched_tokens(gpu_total_gib, gpu_name or "", selected.version)
-        where = "size knows no GPU" if gpu_total_gib is None else f"vllm serve default for this GPU"
+        where = "size knows no GPU" if gpu_total_gib is None else "vllm serve default for this GPU"
         assumptions.append(f"max_num_batched_tokens {mbt} ({where}; --max-num-batched-tokens changes it)")
     async_on = opts.get("async_scheduling")
     if async_on is None:

@@ -110,16 +110,27 @@ def check_cpu(backend: Backend, plan: CachePlan) -> AllocationCheck:
     groups = [GroupMeasure(g.kind, len(g.layer_ids), g.bytes, expected_bytes=g.bytes) for g in plan.groups]
     tensors = allocate_plan(backend, plan)
     try:
-        for gm, ts in zip(groups, tensors):
-            gm.measured_bytes = storage_bytes(ts)
-            gm.tensors = len(ts)
-        measured = storage_bytes([x for ts in tensors for x in ts])
+        for i, gm in enumerate(groups):
+            gm.measured_bytes = storage_bytes(tensors[i])
+            gm.tensors = len(tensors[i])
+        measured = storage_bytes([x for group in tensors for x in group])
     finally:
         del tensors
         backend.settle()
     n = sum(g.tensors for g in groups)
     return AllocationCheck("cpu", plan.kv_bytes, measured, plan.kv_bytes, groups, n,
                            notes=["CPU: measured = the tensors' storage bytes (untyped_storage().nbytes())"])
+
+
+def _allocate_measuring(backend: Any, plan: CachePlan, groups: list[GroupMeasure], out: list[list[Any]],
+                        start: int) -> None:
+    """Allocate group by group into `out`, reading memory_allocated after each group (no tensor stays referenced
+    from this frame, so the caller's `del` frees everything)."""
+    last = start
+    for gm, g in zip(groups, plan.groups):
+        out.append([backend.new(t.shape, t.dtype) for t in g.tensors for _ in range(t.count)])
+        now = int(backend.torch.cuda.memory_allocated(backend.info.device))
+        gm.measured_bytes, gm.tensors, last = now - last, len(out[-1]), now
 
 
 def check_cuda(backend: Any, plan: CachePlan) -> AllocationCheck:
@@ -144,17 +155,7 @@ def check_cuda(backend: Any, plan: CachePlan) -> AllocationCheck:
         gm.expected_bytes = model.allocated - start
     tensors: list[list[Any]] = []
     try:
-        last = before.allocated
-        for gi, g in enumerate(plan.groups):
-            ts: list[Any] = []
-            tensors.append(ts)
-            for t in g.tensors:
-                for _ in range(t.count):
-                    ts.append(backend.new(t.shape, t.dtype))
-            now = int(backend.torch.cuda.memory_allocated(backend.info.device))
-            groups[gi].measured_bytes = now - last
-            groups[gi].tensors = len(ts)
-            last = now
+        _allocate_measuring(backend, plan, groups, tensors, before.allocated)
         backend.torch.cuda.synchronize(backend.info.device)
         during = backend.snapshot()
     except backend.oom_errors as e:

@@ -13,11 +13,11 @@ Measured:
   allocates is bisected, catching torch.OutOfMemoryError. The fraction in force before is restored afterwards.
   The allocator's segment rounding (reserved minus plan bytes) is reported: it is why a plan that fits the
   budget byte-for-byte can still fail.
-* CPU: the weights are charged to --memory-limit, not allocated. A child interpreter imports torch, caps its own
-  address space with RLIMIT_AS at (its size now + KV budget) and allocates each candidate plan in a forked
-  grandchild (a clean heap per trial; glibc serves every allocation of >= 64 KiB by mmap, so freed memory
-  leaves the address space). The out-of-memory is the operating system's refusal, not kvplan's bookkeeping.
-  Address space is taken in whole pages per tensor, reported as the OS overhead.
+* CPU: the weights are charged to --memory-limit, not allocated. A child interpreter imports torch once; each
+  candidate plan is allocated in a process forked from it (a clean heap per trial), which first caps its own
+  address space with RLIMIT_AS at (its size at the fork + KV budget). glibc is told to serve every allocation
+  of >= 64 KiB by mmap, so tensors take fresh address space. The out-of-memory is the operating system's
+  refusal, not kvplan's bookkeeping. Address space comes in whole pages per tensor: reported as the OS overhead.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any, Callable
 from kvplan.engines.base import CachePlan
 from kvplan.errors import EnvironmentProblem, InputError
 from kvplan.units import fmt_bytes
-from kvplan.verify.measure import Backend, expected_allocator, python_executable
+from kvplan.verify.measure import expected_allocator, python_executable
 
 UNBOUNDED_CTX = 1 << 20  # search limit for the context of models whose cache stops growing
 MAX_TRIALS = 64
@@ -226,6 +226,7 @@ class FitCheck:
             "weight_bytes": self.weight_bytes,
             "kv_budget_bytes": self.kv_budget_bytes,
             "budget_source": self.source,
+            "memory_limit_bytes": self.weight_bytes + self.kv_budget_bytes if self.source == "memory limit" else None,
             "predicted": self.predicted,
             "predicted_from_plan": self.plan_predicted,
             "predicted_by_kvplan_fit": self.planner_predicted,
@@ -358,23 +359,25 @@ def vm():
 torch.set_num_threads(1)
 warm = torch.empty(1 << 20, dtype=torch.uint8); del warm
 budget = int(sys.stdin.readline())
-base = vm()
-resource.setrlimit(resource.RLIMIT_AS, (base + budget, resource.RLIM_INFINITY))
-print(json.dumps({"base_vm": base, "limit": base + budget}), flush=True)
+print(json.dumps({"vm": vm(), "budget": budget}), flush=True)
 for line in sys.stdin:
     spec = json.loads(line)
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
+        # the trial: a copy of this process whose address space may grow by `budget` and no more
         os.close(r)
-        held, result = [], {"ok": True}
+        held = []
+        base = vm()
+        resource.setrlimit(resource.RLIMIT_AS, (base + budget, resource.RLIM_INFINITY))
         try:
             for shape, dtype, count in spec:
                 dt = getattr(torch, dtype)
                 for _ in range(count):
                     held.append(torch.empty(shape, dtype=dt))
-            result["vm_delta"] = vm() - base
+            result = {"ok": True, "vm_delta": vm() - base}
         except (RuntimeError, MemoryError) as e:
+            held = None
             result = {"ok": False, "error": str(e).splitlines()[0][:200]}
         os.write(w, json.dumps(result).encode())
         os._exit(0)
@@ -441,8 +444,8 @@ def cpu_fit(prepared: Any, mode: str, ctx: int, batch: int, pred: PredictedFit, 
         raise EnvironmentProblem("--fit on CPU needs RLIMIT_AS, which this system lacks")
     fc = _start(prepared, mode, ctx, batch, pred, max_ctx)
     fc.device = "cpu"
-    fc.notes.append("weights charged to --memory-limit, not allocated; a child capped with RLIMIT_AS "
-                    "(its address space + KV budget) allocates each candidate plan")
+    fc.notes.append("weights charged to --memory-limit, not allocated; each candidate plan is allocated by a "
+                    "process whose address space is capped with RLIMIT_AS at its size + the KV budget")
     if pred.kv_budget_bytes <= 0:
         fc.notes.append("the predicted weights exceed --memory-limit: no KV budget, nothing allocated")
         return _finish(fc, prepared)
