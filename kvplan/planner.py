@@ -115,7 +115,7 @@ def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int |
     s = make_setup(mo, eo, gpu={"gpu_name": dev.name or "", "gpu_total_gib": dev.gib}, loaded=loaded)
     module = s.engine.module
     opts = {k: v for k, v in eo.knobs.items() if v is not None}
-    warnings: list[str] = list(s.ref.notes)
+    warnings: list[str] = [*s.ref.notes, *s.spec.warnings]
     assumptions: list[str] = []
     model_max = s.max_ctx
     requested = ctx if ctx is not None else (min(DEFAULT_CATALOG_CTX, model_max) if model_max else DEFAULT_CATALOG_CTX)

@@ -236,7 +236,7 @@ class SizeResult:
 def size(mo: ModelOptions, eo: EngineOptions, ctx: int | None, batch: int = 1,
          loaded: tuple[ResolvedModel, ModelSpec] | None = None) -> SizeResult:
     s = setup(mo, eo, loaded=loaded)
-    warnings: list[str] = list(s.ref.notes)
+    warnings: list[str] = [*s.ref.notes, *s.spec.warnings]
     assumptions: list[str] = []
     if ctx is None:
         if s.max_ctx is None:

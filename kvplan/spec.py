@@ -248,6 +248,7 @@ class ModelSpec:
     notes: tuple[str, ...] = field(default_factory=tuple)
     stored_format: str | None = None  # weights read from a file as stored (GGUF: its file type, e.g. "Q4_K_M")
     widths: Widths = Widths(0, 0, 0)
+    warnings: tuple[str, ...] = ()  # what the spec leaves out (an unmodelled vision/audio tower), said in every output
 
     @property
     def groups(self) -> tuple[LayerGroup, ...]:

@@ -72,3 +72,24 @@ def test_remote_code_families_follow_published_shapes():
     qwen = size(ModelOptions("qwen-7b"), EngineOptions(engine="hf", kv_dtype="fp16"), 8192)
     assert qwen.plan.kv_bytes_per_token == 2 * 32 * 32 * 128 * 2
     assert glm.setup.spec.params == 6_243_584_000 and qwen.setup.spec.params == 7_721_324_544
+
+
+def test_gemma3n_kv_shared_layers_and_params(tmp_path):
+    """Gemma-3n (no bundled config): transformers' own Gemma3nTextConfig defaults, written as a config.json.
+    The last num_kv_shared_layers layers reuse earlier KV: no cache of their own in any engine."""
+    from transformers import Gemma3nTextConfig
+
+    config = {**Gemma3nTextConfig().to_dict(), "architectures": ["Gemma3nForCausalLM"], "torch_dtype": "bfloat16"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), 1000, batch=2)
+    assert r.setup.spec.params == oracle.hf_param_counts(config)["params"]
+    for ctx in (16, 1000):
+        truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx)
+        assert size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, 2).plan.kv_bytes == truth["total"]
+    shared = [g for g in r.plan.groups if g.kind == "shared"]
+    assert sum(len(g.layer_ids) for g in shared) == config["num_kv_shared_layers"] and all(g.bytes == 0 for g in shared)
+    for engine in ("vllm", "sglang", "llamacpp", "trtllm"):
+        plan = size(ModelOptions(str(path)), EngineOptions(engine=engine), 4096).plan
+        assert all(g.bytes == 0 for g in plan.groups if g.kind == "shared")
+        assert sum(len(g.layer_ids) for g in plan.groups if g.bytes) == 20

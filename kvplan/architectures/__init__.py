@@ -46,6 +46,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("bloom", _mt("bloom"), classic.bloom),
     Family("opt", _mt("opt"), classic.opt),
     Family("gpt-neox", _mt("gpt_neox"), classic.gpt_neox),
+    Family("gemma3n", _mt("gemma3n", "gemma3n_text"), gemma.gemma3n),
     Family("gemma", _mt("gemma", "gemma2", "gemma3", "gemma3_text"), gemma.build),
     Family("gpt-oss", _mt("gpt_oss"), gpt_oss.build),
     Family("llama4", _mt("llama4", "llama4_text"), llama4.build),
@@ -97,6 +98,7 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
     arch = (top.get("architectures") or text.get("architectures") or [""])[0]
     top_type = str(top.get("model_type", default=""))
     notes: list[str] = []
+    warnings: list[str] = []
     if top_type in ENCODER_DECODER:
         build, keys = ENCODER_DECODER[top_type]
         caches, weights, tied, n_layers, enc_len, _dims = build(top, text, encoder_len)
@@ -107,7 +109,9 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
         caches, weights, tied = fam.build(top, text)
         family, keys, is_enc_dec, enc_len = fam.name, fam.max_ctx_keys, False, None
         n_layers = max((i for i, _ in caches), default=-1) + 1
-        weights = list(weights) + vision.vision_weights(top, int(text.get("hidden_size", "d_model", default=0) or 0))
+        tower, tower_notes = vision.vision_weights(top, int(text.get("hidden_size", "d_model", default=0) or 0))
+        weights = list(weights) + tower
+        warnings.extend(tower_notes)
     if not caches:
         raise ConfigError("the config describes a model without layers (num_hidden_layers is 0?)")
     max_ctx, max_src = base.hf_max_ctx(text, top, keys=keys)
@@ -138,14 +142,16 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
         mtp_layers=mtp,
         notes=tuple(notes),
         widths=_widths(text),
+        warnings=tuple(warnings),
     )
 
 
 def _widths(c: Cfg) -> Widths:
     hidden = int(c.get("hidden_size", "d_model", "n_embd", "n_embed", default=0) or 0)
     vocab = int(c.get("padded_vocab_size", "vocab_size", default=0) or 0)
-    dense = int(c.get("intermediate_size", "ffn_hidden_size", "ffn_dim", "d_ff", "decoder_ffn_dim", "n_inner",
-                      default=4 * hidden) or 4 * hidden)
+    dense = c.get("intermediate_size", "ffn_hidden_size", "ffn_dim", "d_ff", "decoder_ffn_dim", "n_inner",
+                  default=4 * hidden) or 4 * hidden
+    dense = max(dense) if isinstance(dense, list) else int(dense)  # Gemma-3n: one size per layer
     top_k = int(c.get("num_experts_per_tok", "experts_per_token", default=0) or 0)
     moe = int(c.get("moe_intermediate_size", default=0) or 0)
     return Widths(hidden, vocab, max(dense, top_k * moe))

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from kvplan.architectures import base
 from kvplan.architectures.base import Cfg
-from kvplan.errors import ConfigError
 from kvplan.spec import WeightPart
 
 V = "vision"
@@ -114,18 +113,23 @@ PROJECTORS = {
 }
 
 
-def vision_weights(top: Cfg, text_hidden: int) -> list[WeightPart]:
-    """Vision tower + projector for a multimodal wrapper; [] for text-only configs."""
+def vision_weights(top: Cfg, text_hidden: int) -> tuple[list[WeightPart], list[str]]:
+    """Vision tower + projector for a multimodal wrapper ([] for text-only configs), and notes for towers kvplan
+    does not model (their parameters are then missing from params and weights, and the notes say so)."""
+    notes = []
+    for key in ("audio_config", "speech_config"):
+        if isinstance(top.raw.get(key), dict):
+            mt = top.sub(key).get("model_type", default=key)
+            notes.append(f"the {mt} audio tower is not modelled: params and weights cover the other parts only")
     if not isinstance(top.raw.get("vision_config"), dict):
-        return []
+        return [], notes
     v = top.sub("vision_config")
     mt = str(v.get("model_type", default=""))
     tower = VISION_TOWERS.get(mt)
     if tower is None:
-        raise ConfigError(
-            f"vision tower {mt!r} is not modelled (known: {', '.join(VISION_TOWERS)}); KV would be exact but "
-            "params would not"
-        )
+        notes.append(f"the {mt or 'unnamed'} vision tower is not modelled (known: {', '.join(VISION_TOWERS)}): params "
+                     "and weights cover the other parts only; the KV cache is unaffected")
+        return [], notes
     arch = (top.get("architectures") or [""])[0]
     projector = PROJECTORS.get(arch, lambda v, th, top: [])
-    return tower(v) + projector(v, text_hidden, top)
+    return tower(v) + projector(v, text_hidden, top), notes
