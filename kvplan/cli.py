@@ -75,6 +75,14 @@ def _engine_options(*, engine, kv_dtype, k_dtype, v_dtype, state_dtype, weight_d
                          parse_count(tp, "--tp"), parse_count(pp, "--pp"), knobs)
 
 
+def _layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager, page_size,
+                  ubatch, kv_unified, swa_full, flash_attn, tokens_per_block) -> dict[str, Any]:
+    """The engine knobs that change the cache layout (size, fit and verify share them); None = engine default."""
+    return dict(block_size=block_size, max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
+                disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, page_size=page_size, ubatch=ubatch,
+                kv_unified=kv_unified, swa_full=swa_full, flash_attn=flash_attn, tokens_per_block=tokens_per_block)
+
+
 def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2) + "\n")
 
@@ -97,9 +105,8 @@ def size(
 ) -> None:
     from kvplan import sizing
 
-    knobs = dict(block_size=block_size, max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
-                 disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, page_size=page_size, ubatch=ubatch,
-                 kv_unified=kv_unified, swa_full=swa_full, flash_attn=flash_attn, tokens_per_block=tokens_per_block)
+    knobs = _layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager,
+                          page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block)
     mo = _options(model, revision=revision, offline=offline, refresh=refresh, hub=hub, token=token, timeout=timeout,
                   encoder_len=encoder_len, mmproj=mmproj)
     eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=k_dtype, v_dtype=v_dtype, state_dtype=state_dtype,
@@ -148,9 +155,8 @@ def fit(
 
     selection = gpu_catalog.resolve_gpu(gpu)
     knobs = dict(
-        block_size=block_size, max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
-        disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, page_size=page_size, ubatch=ubatch,
-        kv_unified=kv_unified, swa_full=swa_full, flash_attn=flash_attn, tokens_per_block=tokens_per_block,
+        **_layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager,
+                        page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block),
         gpu_memory_utilization=parse_fraction(gpu_memory_utilization, "--gpu-memory-utilization") if gpu_memory_utilization else None,
         max_num_seqs=max_num_seqs, max_model_len=parse_tokens(max_model_len, "--max-model-len") if max_model_len else None,
         mem_fraction_static=parse_fraction(mem_fraction_static, "--mem-fraction-static") if mem_fraction_static else None,
@@ -333,9 +339,8 @@ def verify(
     from kvplan.units import parse_bytes
     from kvplan.verify import core
 
-    knobs = dict(block_size=block_size, max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
-                 disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, page_size=page_size, ubatch=ubatch,
-                 kv_unified=kv_unified, swa_full=swa_full, flash_attn=flash_attn, tokens_per_block=tokens_per_block)
+    knobs = _layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager,
+                          page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block)
     mo = _options(model, revision=revision, offline=offline, refresh=refresh, hub=hub, token=token, timeout=timeout,
                   encoder_len=encoder_len)
     eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=k_dtype, v_dtype=v_dtype, state_dtype=state_dtype,

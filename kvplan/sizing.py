@@ -81,6 +81,16 @@ class Setup:
             return self.safetensors.total_bytes
         return cfg * self.safetensors.total_bytes // max(1, self.weight_bytes_config())
 
+    def json_header(self, engine: str, ctx: int, batch: int) -> dict[str, Any]:
+        """The keys every per-request JSON output starts with (size, verify): CONTRACTS.md order."""
+        out: dict[str, Any] = {
+            "schema": JSON_SCHEMA, "model": self.ref.to_json(), "engine": engine, "tp": self.tp, "pp": self.pp,
+            "ctx": ctx, "batch": batch, "kv_dtype": self.kvd.label, "kv_dtype_source": self.kvd.source,
+        }
+        if self.kvd.k != self.kvd.v:
+            out["k_dtype"], out["v_dtype"] = self.kvd.k.name, self.kvd.v.name
+        return out
+
     @property
     def weight_source(self) -> str:
         if self.resolved.extras.get("gguf") is not None:
@@ -193,19 +203,7 @@ class SizeResult:
         s, p = self.setup, self.plan
         weight_all = s.weight_bytes_all_gpus()
         gguf, mmproj = s.resolved.extras.get("gguf"), s.resolved.extras.get("mmproj")
-        out: dict[str, Any] = {
-            "schema": JSON_SCHEMA,
-            "model": s.ref.to_json(),
-            "engine": p.engine,
-            "tp": s.tp,
-            "pp": s.pp,
-            "ctx": self.ctx,
-            "batch": self.batch,
-            "kv_dtype": s.kvd.label,
-            "kv_dtype_source": s.kvd.source,
-        }
-        if s.kvd.k != s.kvd.v:
-            out["k_dtype"], out["v_dtype"] = s.kvd.k.name, s.kvd.v.name
+        out = s.json_header(p.engine, self.ctx, self.batch)
         out.update({
             "model_max_ctx": s.max_ctx,
             "model_max_ctx_source": s.max_ctx_source,

@@ -17,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from kvplan import JSON_SCHEMA
 from kvplan.errors import InputError
 from kvplan.units import fmt_bytes
 
@@ -98,15 +97,7 @@ class VerifyResult:
     def to_json(self) -> dict[str, Any]:
         s, p, a = self.setup, self.plan, self.alloc
         out: dict[str, Any] = {
-            "schema": JSON_SCHEMA,
-            "model": s.ref.to_json(),
-            "engine": p.engine,
-            "tp": s.tp,
-            "pp": s.pp,
-            "ctx": self.ctx,
-            "batch": self.batch,
-            "kv_dtype": s.kvd.label,
-            "kv_dtype_source": s.kvd.source,
+            **s.json_header(p.engine, self.ctx, self.batch),
             "device": self.device.to_json(),
             "predicted_bytes": a.predicted_bytes,
             "measured_bytes": a.measured_bytes,
