@@ -131,6 +131,7 @@ def fit(
     state_dtype: StateDtype = None, weight_dtype: WeightDtype = None,
     tp: Annotated[Optional[str], typer.Option("--tp", help="tensor-parallel GPUs (default: all GPUs of NxGPU)")] = None,
     pp: Annotated[Optional[str], typer.Option("--pp", help="pipeline-parallel stages")] = None,
+    mmproj: Mmproj = None,
     kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB")] = None,
     reserve: Annotated[Optional[str], typer.Option("--reserve", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB")] = None,
     headroom: Annotated[Optional[str], typer.Option("--headroom", help="share of the KV budget held back before solving, e.g. 10%")] = None,
@@ -169,7 +170,7 @@ def fit(
         if knobs[name] is not None and knobs[name] <= 0:
             raise KvplanError(f"--{name.replace('_', '-')} must be a positive integer, got {knobs[name]}")
     mo = _options(model or "", revision=revision, offline=offline, refresh=refresh, hub=hub, token=token, timeout=timeout,
-                  encoder_len=None)
+                  encoder_len=None, mmproj=mmproj)
     eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=k_dtype, v_dtype=v_dtype, state_dtype=state_dtype,
                          weight_dtype=weight_dtype, tp="1", pp="1", knobs=knobs)
     report = planner.fit(
