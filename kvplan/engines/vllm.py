@@ -15,7 +15,7 @@ from kvplan import dtypes
 from kvplan.dtypes import DType
 from kvplan.engines import base, overhead
 from kvplan.engines.base import CachePlan, Knob, KVDtypes, PlanGroup, Request, cdiv, tensor
-from kvplan.engines.versions import Selected, select
+from kvplan.engines.versions import Selected, select, version_key
 from kvplan.errors import InputError
 from kvplan.spec import LayerCache, ModelSpec
 
@@ -66,7 +66,7 @@ def default_max_num_batched_tokens(total_gib: float | None, gpu_name: str, versi
     0.33: >= 160 GiB -> 16384."""
     if total_gib is None:
         return SIZE_MAX_NUM_BATCHED_TOKENS
-    if version >= "0.33" and total_gib >= 160:
+    if version_key(version) >= (0, 33) and total_gib >= 160:
         return 16384
     if total_gib >= 70 and "a100" not in gpu_name.lower():
         return 8192
