@@ -214,8 +214,3 @@ def test_vllm_v0_llama31_8b_blocks(engine_logs):
     assert _vllm_blocks_consistent(d["engine_details"]["bytes_per_block"], printed(log, r"kv_cache_size=([\d.]+)GiB"),
                                    int(printed(log, r"GPU blocks: (\d+)")))
 
-
-SKIPPED = {
-    "vllm-v0 weights line": "V0 printed 'Loading model weights took 14.9888 GB' in GiB of torch allocations incl. buffers; "
-                            "not a KV figure",
-}
