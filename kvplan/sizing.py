@@ -146,9 +146,9 @@ def quant_mix_text(header: Any) -> str:
 def float_dtype_for(engine: Engine, spec: ModelSpec) -> str:
     """The dtype an engine loads unquantized weights in: hf the config's (bf16 assumed when unnamed); the
     serving engines the model dtype, with fp32 or unnamed served as bf16."""
-    if engine.name == "hf":
-        return spec.dtype or "bf16"
-    return spec.dtype if spec.dtype in ("fp16", "bf16") else "bf16"
+    from kvplan.engines import base, hf
+
+    return (hf.load_dtype(spec) if engine.name == "hf" else base.serving_dtype(spec)).name
 
 
 def setup(mo: ModelOptions, eo: EngineOptions, *, gpu: dict[str, Any] | None = None,

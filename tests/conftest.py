@@ -65,3 +65,29 @@ def llama_like(layers: int, heads: int, kv_heads: int, head_dim: int, **extra: A
         "hidden_size": heads * head_dim, "intermediate_size": 4 * heads * head_dim, "vocab_size": 32000,
         "max_position_embeddings": 131072, "torch_dtype": "bfloat16", **extra,
     }
+
+
+def write_gguf_file(path: Path, arch: str, kv: dict[str, Any], tensors, **writer: Any) -> Path:
+    """A GGUF file written by the `gguf` package's GGUFWriter: metadata by Python type, then the tensors
+    [(name, array, raw ggml type or None)]. Shared by the GGUF reader and GGUF-to-ModelSpec tests."""
+    from gguf import GGUFWriter
+
+    w = GGUFWriter(path, arch, **writer)
+    for key, val in kv.items():
+        if isinstance(val, bool):
+            w.add_bool(key, val)
+        elif isinstance(val, int):
+            w.add_uint32(key, val)
+        elif isinstance(val, float):
+            w.add_float32(key, val)
+        elif isinstance(val, str):
+            w.add_string(key, val)
+        else:
+            w.add_array(key, val)
+    for name, arr, raw in tensors:
+        w.add_tensor(name, arr, raw_dtype=raw)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path

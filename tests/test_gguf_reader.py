@@ -10,8 +10,10 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as Q  # noqa: E402
-from gguf import GGUFEndian, GGUFReader, GGUFWriter  # noqa: E402
+from gguf import GGUFEndian, GGUFReader  # noqa: E402
 from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
+
+from conftest import write_gguf_file  # noqa: E402
 from gguf.quants import quantize  # noqa: E402
 
 from kvplan.errors import ConfigError  # noqa: E402
@@ -64,25 +66,7 @@ def gguf_shape(arr: np.ndarray, raw: Q | None) -> tuple[int, ...]:
 
 
 def write_gguf(path: Path, arch: str, kv: dict, tensors=None, endian=GGUFEndian.LITTLE, **kw) -> Path:
-    w = GGUFWriter(path, arch, endianess=endian, **kw)
-    for key, val in kv.items():
-        if isinstance(val, bool):
-            w.add_bool(key, val)
-        elif isinstance(val, int):
-            w.add_uint32(key, val)
-        elif isinstance(val, float):
-            w.add_float32(key, val)
-        elif isinstance(val, str):
-            w.add_string(key, val)
-        else:
-            w.add_array(key, val)
-    for name, arr, raw in tensors if tensors is not None else tensor_set():
-        w.add_tensor(name, arr, raw_dtype=raw)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return write_gguf_file(path, arch, kv, tensors if tensors is not None else tensor_set(), endianess=endian, **kw)
 
 
 LLAMA_KV = {

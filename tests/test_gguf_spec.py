@@ -19,11 +19,11 @@ import pytest
 
 gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType as Q  # noqa: E402
-from gguf import GGUFReader, GGUFWriter  # noqa: E402
+from gguf import GGUFReader  # noqa: E402
 from gguf.quants import quantize  # noqa: E402
 
 import hubserver  # noqa: E402
-from conftest import ROOT, kvjson, run_cli  # noqa: E402
+from conftest import ROOT, kvjson, run_cli, write_gguf_file  # noqa: E402
 from hubserver import FakeHub  # noqa: E402
 from test_engine_logs import MiB, assert_printed, printed, tensor_bytes  # noqa: E402
 
@@ -54,25 +54,7 @@ def tiny_tensors(layers: int = 1) -> list[tuple[str, np.ndarray, Q | None]]:
 
 
 def write_gguf(path: Path, arch: str, kv: dict[str, Any], tensors=None, **writer: Any) -> Path:
-    w = GGUFWriter(path, arch, **writer)
-    for key, val in kv.items():
-        if isinstance(val, bool):
-            w.add_bool(key, val)
-        elif isinstance(val, int):
-            w.add_uint32(key, val)
-        elif isinstance(val, float):
-            w.add_float32(key, val)
-        elif isinstance(val, str):
-            w.add_string(key, val)
-        else:
-            w.add_array(key, val)
-    for name, arr, raw in tensors if tensors is not None else tiny_tensors():
-        w.add_tensor(name, arr, raw_dtype=raw)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    return write_gguf_file(path, arch, kv, tensors if tensors is not None else tiny_tensors(), **writer)
 
 
 def written(*paths: Path) -> tuple[int, int]:
