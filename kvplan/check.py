@@ -27,7 +27,7 @@ from typing import Any, Callable
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from kvplan import JSON_SCHEMA
+from kvplan import JSON_SCHEMA, engines
 from kvplan.errors import CheckFailed, InputError, KvplanError
 from kvplan.units import fmt_bytes, fmt_int, parse_bytes, parse_count, parse_fraction, parse_headroom, parse_tokens
 
@@ -60,28 +60,8 @@ GENERAL_KEYS: dict[str, str] = {
     "headroom": "headroom",
     "require_start": "bool",
 }
-# engine knobs: fit's flags with _ for - (each engine accepts only its own: engines.MODULES[name].KNOBS)
-KNOB_KEYS: dict[str, str] = {
-    "gpu_memory_utilization": "fraction",
-    "max_num_seqs": "count",
-    "max_model_len": "tokens",
-    "block_size": "count",
-    "max_num_batched_tokens": "tokens",
-    "async_scheduling": "bool",
-    "disable_hybrid_kv_cache_manager": "bool",
-    "page_size": "count",
-    "mem_fraction_static": "fraction",
-    "max_total_tokens": "tokens",
-    "max_running_requests": "count",
-    "ubatch": "count",
-    "kv_unified": "bool",
-    "swa_full": "bool",
-    "flash_attn": "bool",
-    "tokens_per_block": "count",
-    "free_gpu_memory_fraction": "fraction",
-    "max_tokens": "tokens",
-    "max_batch_size": "count",
-}
+# engine knobs: fit's flags with _ for -, typed by each engine's Knob.kind (each engine accepts only its own)
+KNOB_KEYS: dict[str, str] = {name: knob.kind for name, knob in engines.all_knobs().items()}
 KEYS: dict[str, str] = {**GENERAL_KEYS, **KNOB_KEYS}
 TOP_KEYS = ("defaults", "deployments")
 REQUIRED = ("name", "model", "gpu")
@@ -105,7 +85,6 @@ _STRING_WHAT = {
     "engine": "an engine name[@version] such as vllm or vllm@0.10",
     "revision": "a revision (branch, tag or commit)",
 }
-_UNITS = {"min_batch": "requests", "min_ctx": "tokens", "min_kv_tokens": "tokens", "ctx": "tokens"}
 
 _TAG = "tag:yaml.org,2002:"
 _CONSTRUCTOR = yaml.constructor.SafeConstructor()
@@ -614,12 +593,12 @@ class _FileParser:
             if f is not None:
                 self.at(f, f"engine: {e}", dep)
         if engine_name is not None:
-            accepted = engines.MODULES[engine_name].KNOBS
+            accepted = engines.REGISTRY[engine_name].ENGINE.knobs
             for key in KNOB_KEYS:
                 kf = dep.fields.get(key)
                 if kf is None or key in accepted:
                     continue
-                owners = [n for n, m in engines.MODULES.items() if key in m.KNOBS]
+                owners = engines.knob_owners(key)
                 self.at(kf, f"{key} does not apply to engine {engine_name}"
                         + (f" (it applies to {', '.join(owners)})" if owners else ""), dep)
         for key in DTYPE_KEYS:
@@ -631,8 +610,7 @@ class _FileParser:
                     self.at(kf, f"{key}: {e}", dep)
         wf = dep.fields.get("weight_dtype")
         if wf is not None:
-            key = wf.value.strip().lower().replace("float16", "fp16").replace("bfloat16", "bf16").replace("float32", "fp32")
-            if key not in weights.WEIGHT_DTYPES:
+            if weights.canonical_weight_dtype(wf.value) is None:
                 self.at(wf, f"weight_dtype: unknown weight dtype {wf.value!r}; accepted: {', '.join(weights.WEIGHT_DTYPES)}", dep)
 
 

@@ -17,7 +17,7 @@ try:  # typer >= 0.26 vendors click
 except ImportError:  # pragma: no cover - older typer on real click
     from click import exceptions as click_exc
 
-from kvplan import catalog
+from kvplan import catalog, engines
 from kvplan.errors import KvplanError
 from kvplan.units import parse_count, parse_tokens
 
@@ -31,7 +31,8 @@ app = typer.Typer(
 )
 
 # ---------------------------------------------------------------------------------------------- shared options
-Engine = Annotated[Optional[str], typer.Option("--engine", "-e", help="vllm (default), sglang, llamacpp, trtllm, hf; optionally name@version")]
+_ENGINE_HELP = ", ".join(f"{n} (default)" if n == engines.DEFAULT_ENGINE else n for n in engines.names())
+Engine = Annotated[Optional[str], typer.Option("--engine", "-e", help=f"{_ENGINE_HELP}; optionally name@version")]
 KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", help="auto (default), fp16, bf16, fp32, fp8 (fp8_e4m3), fp8_e5m2, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl")]
 KDtype = Annotated[Optional[str], typer.Option("--k-dtype", help="K cache dtype (overrides --kv-dtype for K)")]
 VDtype = Annotated[Optional[str], typer.Option("--v-dtype", help="V cache dtype (overrides --kv-dtype for V)")]
@@ -48,17 +49,50 @@ Refresh = Annotated[bool, typer.Option("--refresh", help="ask the Hub even for b
 Hub = Annotated[bool, typer.Option("--hub", help="resolve a bundled Hub id on the Hub instead of the bundled file")]
 Token = Annotated[Optional[str], typer.Option("--token", help="Hugging Face token (default: HF_TOKEN or the stored login)")]
 Timeout = Annotated[Optional[float], typer.Option("--timeout", help="seconds to wait for the Hub per lookup (default 10, env KVPLAN_HUB_TIMEOUT)")]
-# engine knobs (each engine accepts only its own)
-BlockSize = Annotated[Optional[int], typer.Option("--block-size", help="vllm: tokens per KV block")]
-MaxBatchedTokens = Annotated[Optional[int], typer.Option("--max-num-batched-tokens", help="vllm: chunked-prefill budget (sliding-window reservation)")]
-AsyncSched = Annotated[Optional[bool], typer.Option("--async-scheduling/--no-async-scheduling", help="vllm: async scheduling (0.33 default on)")]
-DisableHybrid = Annotated[Optional[bool], typer.Option("--disable-hybrid-kv-cache-manager", help="vllm: size every layer for the full length")]
-PageSize = Annotated[Optional[int], typer.Option("--page-size", help="sglang: tokens per page")]
-Ubatch = Annotated[Optional[int], typer.Option("--ubatch", help="llamacpp: physical batch -ub (default 512)")]
-KvUnified = Annotated[Optional[bool], typer.Option("--kv-unified/--no-kv-unified", help="llamacpp: one cell stream for all slots")]
-SwaFull = Annotated[Optional[bool], typer.Option("--swa-full", help="llamacpp: full-size cache for sliding-window layers")]
-FlashAttn = Annotated[Optional[bool], typer.Option("--flash-attn/--no-flash-attn", help="llamacpp: flash attention (older builds pad n_ctx by it)")]
-TokensPerBlock = Annotated[Optional[int], typer.Option("--tokens-per-block", help="trtllm: tokens per KV block")]
+# engine knobs (each engine accepts only its own; engines/*.py KNOBS declare them, a test keeps these flags equal
+# to that table both ways). Values are read as text and parsed by the knob's kind (Knob.parse), so every command
+# gives the same one-line error for a bad value.
+_KNOBS_PANEL = "Engine knobs (each applies to the engine named first in its help)"
+
+
+_KIND_METAVAR = {"count": "N", "tokens": "TOKENS", "fraction": "FRACTION", "bool": None}
+
+
+def _knob(flags: str, help: str):
+    name = flags.split("/")[0].removeprefix("--").replace("-", "_")
+    metavar = _KIND_METAVAR[engines.all_knobs()[name].kind]
+    return typer.Option(*flags.split(), help=help, metavar=metavar, rich_help_panel=_KNOBS_PANEL)
+
+
+BlockSize = Annotated[Optional[str], _knob("--block-size", "vllm: tokens per KV block")]
+MaxBatchedTokens = Annotated[Optional[str], _knob("--max-num-batched-tokens", "vllm: chunked-prefill budget (sliding-window reservation)")]
+AsyncSched = Annotated[Optional[bool], _knob("--async-scheduling/--no-async-scheduling", "vllm: async scheduling (0.33 default on)")]
+DisableHybrid = Annotated[Optional[bool], _knob("--disable-hybrid-kv-cache-manager", "vllm: size every layer for the full length")]
+PageSize = Annotated[Optional[str], _knob("--page-size", "sglang: tokens per page")]
+Ubatch = Annotated[Optional[str], _knob("--ubatch", "llamacpp: physical batch -ub (default 512)")]
+KvUnified = Annotated[Optional[bool], _knob("--kv-unified/--no-kv-unified", "llamacpp: one cell stream for all slots")]
+SwaFull = Annotated[Optional[bool], _knob("--swa-full", "llamacpp: full-size cache for sliding-window layers")]
+FlashAttn = Annotated[Optional[bool], _knob("--flash-attn/--no-flash-attn", "llamacpp: flash attention (older builds pad n_ctx by it)")]
+TokensPerBlock = Annotated[Optional[str], _knob("--tokens-per-block", "trtllm: tokens per KV block")]
+# budget-only knobs (fit and check)
+GpuMemUtil = Annotated[Optional[str], _knob("--gpu-memory-utilization", "vllm: fraction of CUDA total (0.92 / 0.90 by version)")]
+MaxNumSeqs = Annotated[Optional[str], _knob("--max-num-seqs", "vllm: running-request limit")]
+MaxModelLen = Annotated[Optional[str], _knob("--max-model-len", "vllm: the engine's max_model_len for its start-up check (default: the model max)")]
+MemFractionStatic = Annotated[Optional[str], _knob("--mem-fraction-static", "sglang: fraction for weights + KV")]
+MaxTotalTokens = Annotated[Optional[str], _knob("--max-total-tokens", "sglang: token pool cap")]
+MaxRunningRequests = Annotated[Optional[str], _knob("--max-running-requests", "sglang: running-request limit")]
+ContextLength = Annotated[Optional[str], _knob("--context-length", "sglang: the engine's context length (default: the model max)")]
+FreeGpuMemFraction = Annotated[Optional[str], _knob("--free-gpu-memory-fraction", "trtllm: fraction of free memory for KV (0.9)")]
+MaxTokens = Annotated[Optional[str], _knob("--max-tokens", "trtllm: KvCacheConfig.max_tokens")]
+MaxBatchSize = Annotated[Optional[str], _knob("--max-batch-size", "trtllm: running-request limit")]
+
+
+def _parse_knobs(**given: Any) -> dict[str, Any]:
+    """Engine knob flags -> engine options, each parsed by its declared kind; None = the engine's default."""
+    from kvplan import engines
+
+    table = engines.all_knobs()
+    return {name: table[name].parse(value) for name, value in given.items()}
 
 
 def _options(model: str, *, revision, offline, refresh, hub, token, timeout, encoder_len, mmproj=None):
@@ -78,9 +112,10 @@ def _engine_options(*, engine, kv_dtype, k_dtype, v_dtype, state_dtype, weight_d
 def _layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager, page_size,
                   ubatch, kv_unified, swa_full, flash_attn, tokens_per_block) -> dict[str, Any]:
     """The engine knobs that change the cache layout (size, fit and verify share them); None = engine default."""
-    return dict(block_size=block_size, max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
-                disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager, page_size=page_size, ubatch=ubatch,
-                kv_unified=kv_unified, swa_full=swa_full, flash_attn=flash_attn, tokens_per_block=tokens_per_block)
+    return _parse_knobs(block_size=block_size, max_num_batched_tokens=max_num_batched_tokens,
+                        async_scheduling=async_scheduling, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
+                        page_size=page_size, ubatch=ubatch, kv_unified=kv_unified, swa_full=swa_full,
+                        flash_attn=flash_attn, tokens_per_block=tokens_per_block)
 
 
 def _print_json(data: Any) -> None:
@@ -135,15 +170,11 @@ def fit(
     kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB")] = None,
     reserve: Annotated[Optional[str], typer.Option("--reserve", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB")] = None,
     headroom: Annotated[Optional[str], typer.Option("--headroom", help="share of the KV budget held back before solving, e.g. 10%")] = None,
-    gpu_memory_utilization: Annotated[Optional[str], typer.Option("--gpu-memory-utilization", help="vllm: fraction of CUDA total (0.92 / 0.90 by version)")] = None,
-    max_num_seqs: Annotated[Optional[int], typer.Option("--max-num-seqs", help="vllm: running-request limit")] = None,
-    max_model_len: Annotated[Optional[str], typer.Option("--max-model-len", help="vllm: the engine's max_model_len for its start-up check (default: the model max)")] = None,
-    mem_fraction_static: Annotated[Optional[str], typer.Option("--mem-fraction-static", help="sglang: fraction for weights + KV")] = None,
-    max_total_tokens: Annotated[Optional[int], typer.Option("--max-total-tokens", help="sglang: token pool cap")] = None,
-    max_running_requests: Annotated[Optional[int], typer.Option("--max-running-requests", help="sglang: running-request limit")] = None,
-    free_gpu_memory_fraction: Annotated[Optional[str], typer.Option("--free-gpu-memory-fraction", help="trtllm: fraction of free memory for KV (0.9)")] = None,
-    max_tokens: Annotated[Optional[int], typer.Option("--max-tokens", help="trtllm: KvCacheConfig.max_tokens")] = None,
-    max_batch_size: Annotated[Optional[int], typer.Option("--max-batch-size", help="trtllm: running-request limit")] = None,
+    gpu_memory_utilization: GpuMemUtil = None, max_num_seqs: MaxNumSeqs = None, max_model_len: MaxModelLen = None,
+    mem_fraction_static: MemFractionStatic = None, max_total_tokens: MaxTotalTokens = None,
+    max_running_requests: MaxRunningRequests = None, context_length: ContextLength = None,
+    free_gpu_memory_fraction: FreeGpuMemFraction = None, max_tokens: MaxTokens = None,
+    max_batch_size: MaxBatchSize = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None, async_scheduling: AsyncSched = None,
     disable_hybrid_kv_cache_manager: DisableHybrid = None, page_size: PageSize = None, ubatch: Ubatch = None,
     kv_unified: KvUnified = None, swa_full: SwaFull = None, flash_attn: FlashAttn = None,
@@ -152,23 +183,18 @@ def fit(
     hub: Hub = False, token: Token = None, timeout: Timeout = None,
 ) -> None:
     from kvplan import gpus as gpu_catalog, planner
-    from kvplan.units import parse_bytes, parse_fraction, parse_headroom
+    from kvplan.units import parse_bytes, parse_headroom
 
     selection = gpu_catalog.resolve_gpu(gpu)
     knobs = dict(
         **_layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager,
                         page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block),
-        gpu_memory_utilization=parse_fraction(gpu_memory_utilization, "--gpu-memory-utilization") if gpu_memory_utilization else None,
-        max_num_seqs=max_num_seqs, max_model_len=parse_tokens(max_model_len, "--max-model-len") if max_model_len else None,
-        mem_fraction_static=parse_fraction(mem_fraction_static, "--mem-fraction-static") if mem_fraction_static else None,
-        max_total_tokens=max_total_tokens, max_running_requests=max_running_requests,
-        free_gpu_memory_fraction=parse_fraction(free_gpu_memory_fraction, "--free-gpu-memory-fraction") if free_gpu_memory_fraction else None,
-        max_tokens=max_tokens, max_batch_size=max_batch_size,
+        **_parse_knobs(gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
+                       max_model_len=max_model_len, mem_fraction_static=mem_fraction_static,
+                       max_total_tokens=max_total_tokens, max_running_requests=max_running_requests,
+                       context_length=context_length, free_gpu_memory_fraction=free_gpu_memory_fraction,
+                       max_tokens=max_tokens, max_batch_size=max_batch_size),
     )
-    for name in ("max_num_seqs", "max_total_tokens", "max_running_requests", "max_tokens", "max_batch_size", "block_size",
-                 "max_num_batched_tokens", "page_size", "ubatch", "tokens_per_block"):
-        if knobs[name] is not None and knobs[name] <= 0:
-            raise KvplanError(f"--{name.replace('_', '-')} must be a positive integer, got {knobs[name]}")
     mo = _options(model or "", revision=revision, offline=offline, refresh=refresh, hub=hub, token=token, timeout=timeout,
                   encoder_len=None, mmproj=mmproj)
     eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=k_dtype, v_dtype=v_dtype, state_dtype=state_dtype,

@@ -65,8 +65,6 @@ ALIASES = {
     "float": "fp32",
     "bfloat16": "bf16",
 }
-GGUF_TYPES = frozenset({"q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl"})
-FLOAT_TYPES = frozenset({"fp32", "fp16", "bf16"})
 
 # config.json `torch_dtype` / `dtype` values -> canonical names
 _CONFIG_DTYPES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "half": "fp16", "float": "fp32"}

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from kvplan import catalog
 from kvplan.errors import ConfigError, EnvironmentProblem, InputError, KvplanError, ModelNotFoundError
-from kvplan.resolve import ModelRef, ResolvedModel, looks_like_hub_id, read_config_file
+from kvplan.model_ref import ModelRef, ResolvedModel, looks_like_hub_id, read_config_file
 
 T = TypeVar("T")
 

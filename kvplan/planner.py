@@ -36,6 +36,7 @@ class FitResult:
     warnings: tuple[str, ...]
     assumptions: tuple[str, ...]
     replicas: int = 1
+    kv_bytes_per_token: int = 0  # of the plan at (ctx, 1) the result was solved with
 
     @property
     def kv_budget_bytes(self) -> int:
@@ -65,7 +66,7 @@ class FitResult:
             "engine_would_start": c.engine_would_start,
             "engine_start_message": c.start_message,
             "suggested_max_model_len": c.suggested_max_ctx,
-            "kv_bytes_per_token": self.setup.prepared.plan(self.ctx, 1).kv_bytes_per_token,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
             "kv_dtype": self.setup.kvd.label,
             "weight_dtype": self.setup.weight_format.name,
             "replicas": self.replicas,
@@ -112,7 +113,7 @@ def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int |
     tp, pp, replicas = parallelism(gpu, tp, pp)
     eo = replace(eo, tp=tp, pp=pp)
     dev = gpu_context(gpu)
-    s = make_setup(mo, eo, gpu={"gpu_name": dev.name or "", "gpu_total_gib": dev.gib}, loaded=loaded)
+    s = make_setup(mo, eo, gpu=dev, loaded=loaded)
     module = s.engine.module
     opts = {k: v for k, v in eo.knobs.items() if v is not None}
     warnings: list[str] = [*s.ref.notes, *s.spec.warnings]
@@ -159,7 +160,7 @@ def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int |
     fits = min(kv) > 0 and max_b >= 1
     stage = plan.limiting_stage
     return FitResult(s, gpu, ctx, requested, batch, weight_per_stage[stage], budgets, cap, max_b, max_ctx, fits, front,
-                     tuple(warnings), tuple(assumptions), replicas)
+                     tuple(warnings), tuple(assumptions), replicas, plan.kv_bytes_per_token)
 
 
 def _hold_back(b: Budget, headroom: float) -> Budget:

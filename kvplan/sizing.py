@@ -11,9 +11,10 @@ from typing import Any
 from kvplan import JSON_SCHEMA, engines, weights
 from kvplan.architectures import normalize
 from kvplan.engines import Engine
-from kvplan.engines.base import CachePlan, KVDtypes
+from kvplan.engines.base import CachePlan, GpuContext, KVDtypes, PreparedLayout
 from kvplan.errors import ConfigError, InputError
-from kvplan.resolve import ModelRef, ResolvedModel, resolve
+from kvplan.model_ref import ModelRef, ResolvedModel
+from kvplan.resolve import resolve
 from kvplan.spec import ModelSpec
 
 
@@ -55,7 +56,7 @@ class Setup:
     spec: ModelSpec
     engine: Engine
     kvd: KVDtypes
-    prepared: Any
+    prepared: PreparedLayout
     tp: int
     pp: int
     weight_format: weights.WeightFormat
@@ -144,20 +145,18 @@ def quant_mix_text(header: Any) -> str:
 
 
 def float_dtype_for(engine: Engine, spec: ModelSpec) -> str:
-    """The dtype an engine loads unquantized weights in: hf the config's (bf16 assumed when unnamed); the
-    serving engines the model dtype, with fp32 or unnamed served as bf16."""
-    from kvplan.engines import base, hf
-
-    return (hf.load_dtype(spec) if engine.name == "hf" else base.serving_dtype(spec)).name
+    """The dtype an engine loads unquantized weights in (EngineInfo.weight_float_dtype)."""
+    return engines.weight_float_dtype(engine, spec).name
 
 
-def setup(mo: ModelOptions, eo: EngineOptions, *, gpu: dict[str, Any] | None = None,
+def setup(mo: ModelOptions, eo: EngineOptions, *, gpu: GpuContext | None = None,
           loaded: tuple[ResolvedModel, ModelSpec] | None = None) -> Setup:
+    """gpu: the device fit plans for (some engine defaults depend on it); None for `size`, which knows none."""
     resolved, spec = loaded or load_spec(mo)
     engine = engines.choose(eo.engine)
     kvd = engines.kv_dtypes(engine, spec, eo.kv_dtype, eo.k_dtype, eo.v_dtype, eo.state_dtype)
     prepared = engines.prepare(engine, spec, eo.tp, eo.pp, kvd, {k: v for k, v in eo.knobs.items() if v is not None},
-                               **(gpu or {}))
+                               gpu)
     fdt = float_dtype_for(engine, spec)
     fmt = weights.weight_format(spec, eo.weight_dtype, fdt)
     max_ctx, src = engines.model_max_ctx(engine, spec)
@@ -270,7 +269,7 @@ def gguf_assumptions(s: Setup) -> list[str]:
     if mmproj is not None:
         out.append(f"vision projector {mmproj.source}: {mmproj.weight_bytes():,} B ({quant_mix_text(mmproj)}) "
                    "added to the weights")
-    if s.engine.name == "llamacpp":
+    if s.engine.info.gguf_native:
         emb = next((t for t in gguf.tensors if t.name == "token_embd.weight"), None)
         if emb is not None:
             out.append(f"llama.cpp keeps token_embd ({emb.nbytes:,} B) in host memory, never on a GPU; "

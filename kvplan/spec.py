@@ -13,6 +13,9 @@ from typing import ClassVar
 
 
 # ---------------------------------------------------------------------------------------------- caches
+# Every kind answers for its own engine-neutral arithmetic (elements per token for a head count, its span, state
+# shapes for a TP degree); how an engine pages, pads or pools them is a rule of that engine (engines/<name>.py
+# KIND_RULES, looked up by class in engines/layout.py).
 @dataclass(frozen=True)
 class LayerCache:
     kind: ClassVar[str] = "none"
@@ -43,6 +46,15 @@ class FullAttention(LayerCache):
     def grows_with_context(self) -> bool:
         return True
 
+    @property
+    def span(self) -> int | None:
+        """Tokens a sequence attends over in this layer: None = all of them."""
+        return None
+
+    def token_elems(self, heads: int) -> tuple[int, int]:
+        """(K, V) elements one token stores in this layer for `heads` KV heads (one GPU's share)."""
+        return heads * self.head_dim_k, heads * self.head_dim_v
+
     def describe(self) -> str:
         return f"full attention, {self.kv_heads} KV heads x {_dims(self)}"
 
@@ -51,6 +63,10 @@ class FullAttention(LayerCache):
 class SlidingWindow(FullAttention):
     kind: ClassVar[str] = "sliding"
     window: int = 0
+
+    @property
+    def span(self) -> int | None:
+        return self.window
 
     def describe(self) -> str:
         return f"sliding window {self.window:,}, {self.kv_heads} KV heads x {_dims(self)}"
@@ -63,8 +79,31 @@ class ChunkedLocal(FullAttention):
     kind: ClassVar[str] = "chunked"
     chunk: int = 0
 
+    @property
+    def span(self) -> int | None:
+        return self.chunk
+
     def describe(self) -> str:
         return f"chunked local attention, chunk {self.chunk:,}, {self.kv_heads} KV heads x {_dims(self)}"
+
+
+@dataclass(frozen=True)
+class CrossAttention(FullAttention):
+    """Decoder cross-attention over the encoder output: fixed length `encoder_len` per sequence."""
+
+    kind: ClassVar[str] = "cross"
+    encoder_len: int = 0
+
+    @property
+    def grows_with_context(self) -> bool:
+        return False
+
+    @property
+    def span(self) -> int | None:
+        return self.encoder_len
+
+    def describe(self) -> str:
+        return f"cross attention over {self.encoder_len:,} encoder positions, {self.kv_heads} KV heads x {_dims(self)}"
 
 
 @dataclass(frozen=True)
@@ -94,47 +133,50 @@ class LatentAttention(LayerCache):
 
 
 @dataclass(frozen=True)
-class CrossAttention(FullAttention):
-    """Decoder cross-attention over the encoder output: fixed length `encoder_len` per sequence."""
+class RecurrentState(LayerCache):
+    """A fixed-size state per sequence: a convolution window over `conv_dim` channels and a recurrent matrix
+    (`ssm_shape`). Its first SSM axis and the conv channels split across tensor-parallel ranks."""
 
-    kind: ClassVar[str] = "cross"
-    encoder_len: int = 0
+    kind: ClassVar[str] = "state"
+
+    conv_dim: int
+    conv_kernel: int
 
     @property
-    def grows_with_context(self) -> bool:
-        return False
+    def ssm_shape(self) -> tuple[int, ...]:  # pragma: no cover - every concrete state names its shape
+        raise NotImplementedError
 
-    def describe(self) -> str:
-        return f"cross attention over {self.encoder_len:,} encoder positions, {self.kv_heads} KV heads x {_dims(self)}"
+    def conv_shape(self, tp: int = 1) -> tuple[int, int]:
+        """(kernel - 1, conv_dim / tp): the window serving engines keep (the newest input is not stored)."""
+        return self.conv_kernel - 1, self.conv_dim // tp
+
+    def ssm_shape_for(self, tp: int = 1) -> tuple[int, ...]:
+        first, *rest = self.ssm_shape
+        return (first // tp, *rest)
 
 
 @dataclass(frozen=True)
-class MambaState(LayerCache):
+class MambaState(RecurrentState):
     """Mamba-1/2 recurrent state: a conv window over `conv_dim` channels and the SSM state.
 
     ssm_shape is (intermediate, state) for Mamba-1 and (heads, head_dim, state) for Mamba-2.
-    `conv_dim` and the first ssm axis split across tensor-parallel ranks.
     """
 
     kind: ClassVar[str] = "mamba_state"
-    conv_dim: int
-    conv_kernel: int
-    ssm_shape: tuple[int, ...]
+    ssm_shape: tuple[int, ...] = ()
 
     def describe(self) -> str:
         return f"Mamba state: conv {self.conv_dim} x {self.conv_kernel}, SSM {'x'.join(map(str, self.ssm_shape))}"
 
 
 @dataclass(frozen=True)
-class LinearAttentionState(LayerCache):
+class LinearAttentionState(RecurrentState):
     """Gated DeltaNet (Qwen3-Next) state: a conv window over `conv_dim` channels and a recurrent matrix per head."""
 
     kind: ClassVar[str] = "linear_state"
-    conv_dim: int
-    conv_kernel: int
-    num_v_heads: int
-    key_head_dim: int
-    value_head_dim: int
+    num_v_heads: int = 0
+    key_head_dim: int = 0
+    value_head_dim: int = 0
 
     @property
     def ssm_shape(self) -> tuple[int, ...]:
@@ -156,6 +198,17 @@ class SharedKV(LayerCache):
 
     def describe(self) -> str:
         return f"KV shared with layer {self.target}"
+
+
+def cache_kinds() -> list[type[LayerCache]]:
+    """Every concrete cache class (the guard tests check each engine has a rule for each)."""
+    out, todo = [], list(LayerCache.__subclasses__())
+    while todo:
+        cls = todo.pop(0)
+        todo.extend(cls.__subclasses__())
+        if cls is not RecurrentState:
+            out.append(cls)
+    return out
 
 
 def _dims(c: FullAttention) -> str:
@@ -257,10 +310,6 @@ class ModelSpec:
         for idx, cache in self.caches:
             merged.setdefault(cache, []).append(idx)
         return tuple(LayerGroup(c, tuple(ids)) for c, ids in merged.items())
-
-    @property
-    def has_context_growth(self) -> bool:
-        return any(c.grows_with_context for _, c in self.caches)
 
     def caches_of_layers(self, layers: range | set[int]) -> tuple[tuple[int, LayerCache], ...]:
         return tuple((i, c) for i, c in self.caches if i in layers)

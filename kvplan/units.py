@@ -118,6 +118,3 @@ def fmt_bytes(n: int | None) -> str:
             return f"{sign}{n / scale:.2f} {unit}"
     return f"{sign}{n} B"
 
-
-def fmt_tokens(n: int | None) -> str:
-    return fmt_int(n)

@@ -11,14 +11,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kvplan.engines.base import cdiv, pp_partition
+from kvplan import dtypes
 from kvplan.errors import InputError
+from kvplan.parallel import cdiv, pp_partition
 from kvplan.spec import ModelSpec, Quantization, WeightPart
 
 FLOAT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
 QUANTIZED_ROLES = ("linear", "expert")
 QUANTIZED_PARTS = ("text", "encoder", "mtp")
+
+
+def canonical_weight_dtype(flag: str) -> str | None:
+    """A --weight-dtype / weight_dtype value by its canonical name (the KV dtype aliases apply), None if unknown."""
+    key = dtypes.canonical(flag)
+    key = "fp8" if key == "fp8_e4m3" else key
+    return key if key in WEIGHT_DTYPES else None
 
 
 @dataclass(frozen=True)
@@ -37,8 +45,8 @@ def weight_format(spec: ModelSpec, flag: str | None, float_dtype: str) -> Weight
                              f"({spec.stored_format or 'quantized'})")
         return WeightFormat(spec.stored_format or "stored", "tensors as the file stores them", None)
     if flag:
-        key = flag.strip().lower().replace("float16", "fp16").replace("bfloat16", "bf16").replace("float32", "fp32")
-        if key not in WEIGHT_DTYPES:
+        key = canonical_weight_dtype(flag)
+        if key is None:
             raise InputError(f"unknown weight dtype {flag!r}; accepted: {', '.join(WEIGHT_DTYPES)}")
         if key in FLOAT_BYTES:
             return WeightFormat(key, f"{key} (--weight-dtype)", None)

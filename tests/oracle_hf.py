@@ -378,6 +378,19 @@ def _model_inputs(model, batch, ctx, encoder_len, device="meta"):
     return {"input_ids": enc_ids, "decoder_input_ids": ids}, enc_len
 
 
+def text_forward(model, inputs: dict):
+    """One forward with use_cache=True. transformers 5.19-5.24's multimodal wrappers (Llama4ForConditionalGeneration)
+    raise AttributeError ('image_outputs') on a text-only forward after the text model has run; then the wrapper's
+    own language model is called with the same input_ids, which is the code path the wrapper delegates to."""
+    try:
+        return model(**inputs, use_cache=True, return_dict=True)
+    except AttributeError:
+        lm = getattr(model, "language_model", None)
+        if lm is None or set(inputs) != {"input_ids"}:
+            raise
+        return lm(**inputs, use_cache=True, return_dict=True)
+
+
 def hf_cache_bytes(config: dict, batch: int, ctx: int, dtype="float16", encoder_len=None,
                    *, device="meta", experts_implementation="batched_mm") -> dict:
     """Build the FULL model on meta in `dtype`, run one forward of [batch, ctx] with
@@ -395,7 +408,7 @@ def hf_cache_bytes(config: dict, batch: int, ctx: int, dtype="float16", encoder_
     t1 = time.perf_counter()
     inputs, enc_len = _model_inputs(model, batch, ctx, encoder_len, device)
     with _quiet(), torch.no_grad():
-        out = model(**inputs, use_cache=True, return_dict=True)
+        out = text_forward(model, inputs)
     t2 = time.perf_counter()
     cache = getattr(out, "past_key_values", None)
     if cache is None:  # Mamba-style outputs

@@ -6,7 +6,7 @@ are rows in QUIRKS (data), not branches. Families whose structure differs live i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from kvplan.architectures import base
 from kvplan.architectures.base import AttnDims, Cfg
@@ -150,6 +150,3 @@ def build(top: Cfg, c: Cfg, q: Quirks | None = None):
     weights += base.lm_head(vocab, hidden, is_tied)
     return caches, weights, is_tied
 
-
-def with_quirks(model_type: str, **changes) -> Quirks:
-    return replace(quirks_for(model_type), **changes)

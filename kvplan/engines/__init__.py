@@ -1,40 +1,76 @@
-"""Engine registry: `name[@version]` -> the module that lays out the cache (and later budgets memory)."""
+"""Engine registry: `name[@version]` -> the module that lays out the cache and budgets memory.
+
+Each module in this package declares `ENGINE` (an EngineInfo: names, versions, dtypes, knobs and the rules that
+differ by engine) and `KIND_RULES` (one layout rule per cache class); the registry is built from them, so
+nothing outside the engine modules asks for an engine by name.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 from kvplan import dtypes
 from kvplan.engines import base, hf, llamacpp, sglang, trtllm, vllm
-from kvplan.engines.base import KVDtypes
-from kvplan.engines.versions import Selected, split_engine
+from kvplan.engines.base import EngineInfo, EngineModule, GpuContext, Knob, KVDtypes
+from kvplan.engines.versions import Selected
 from kvplan.errors import InputError
 from kvplan.spec import ModelSpec
 
-MODULES: dict[str, ModuleType] = {"vllm": vllm, "sglang": sglang, "llamacpp": llamacpp, "trtllm": trtllm, "hf": hf}
+DEFAULT_ENGINE = "vllm"
+REGISTRY: dict[str, EngineModule] = {m.ENGINE.name: m for m in (vllm, sglang, llamacpp, trtllm, hf)}  # type: ignore[misc]
+MODULES = REGISTRY  # the name older callers use
+_ALIASES = {alias: name for name, m in REGISTRY.items() for alias in m.ENGINE.aliases}
 
 
 @dataclass(frozen=True)
 class Engine:
     name: str
-    module: ModuleType
+    module: EngineModule
     selected: Selected
+
+    @property
+    def info(self) -> EngineInfo:
+        return self.module.ENGINE
 
     @property
     def label(self) -> str:
         return self.selected.label
 
 
+def names() -> tuple[str, ...]:
+    return tuple(REGISTRY)
+
+
+def split_engine(text: str) -> tuple[str, str | None]:
+    """'vllm@0.10' -> ('vllm', '0.10'); aliases such as 'llama.cpp' or 'transformers' resolve to their engine."""
+    name, at, version = text.strip().partition("@")
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    accepted = f"accepted: {', '.join(REGISTRY)} (optionally name@version, e.g. vllm@0.10)"
+    if key not in REGISTRY:
+        raise InputError(f"unknown engine {text!r}; {accepted}")
+    if at and not version.strip():
+        raise InputError(f"--engine {text!r} names no version after '@'; {accepted}")
+    return key, (version.strip() or None)
+
+
 def choose(text: str | None) -> Engine:
-    name, version = split_engine(text or "vllm")
-    module = MODULES[name]
+    name, version = split_engine(text or DEFAULT_ENGINE)
+    module = REGISTRY[name]
     return Engine(name, module, module.select_version(version))
 
 
-def knob_names(name: str) -> list[str]:
-    return sorted(MODULES[name].KNOBS)
+def all_knobs() -> dict[str, Knob]:
+    """Every engine's knobs by name (a knob name belongs to one engine)."""
+    out: dict[str, Knob] = {}
+    for m in REGISTRY.values():
+        out.update(m.ENGINE.knobs)
+    return out
+
+
+def knob_owners(key: str) -> list[str]:
+    return [n for n, m in REGISTRY.items() if key in m.ENGINE.knobs]
 
 
 def check_knobs(engine: Engine, opts: dict[str, Any]) -> None:
@@ -42,40 +78,38 @@ def check_knobs(engine: Engine, opts: dict[str, Any]) -> None:
     for key, value in opts.items():
         if value is None:
             continue
-        if key not in engine.module.KNOBS:
-            owners = [n for n, m in MODULES.items() if key in m.KNOBS]
+        if key not in engine.info.knobs:
+            owners = knob_owners(key)
             flag = "--" + key.replace("_", "-")
             where = f" (it applies to {', '.join(owners)})" if owners else ""
             raise InputError(f"{flag} does not apply to engine {engine.name}{where}")
 
 
-def default_kv_dtype(engine: Engine, spec: ModelSpec) -> dtypes.DType:
-    if engine.name == "hf":
-        return hf.load_dtype(spec)
-    if engine.name == "llamacpp":
-        return dtypes.KV_DTYPES["fp16"]
-    return base.serving_dtype(spec)
-
-
 def kv_dtypes(engine: Engine, spec: ModelSpec, kv: str | None, k: str | None, v: str | None, state: str | None) -> KVDtypes:
-    honours = engine.name in ("vllm", "sglang", "trtllm")
-    kvd = base.resolve_kv_dtypes(spec, default_kv_dtype(engine, spec), kv, k, v, state, honours_checkpoint=honours)
-    allowed = engine.module.KV_DTYPES
+    info = engine.info
+    kvd = base.resolve_kv_dtypes(spec, info.default_kv_dtype(spec), kv, k, v, state,
+                                 honours_checkpoint=info.honours_checkpoint_kv)
     for d in {kvd.k, kvd.v}:
-        if d.name not in allowed:
+        if d.name not in info.kv_dtypes:
             raise InputError(f"{engine.name} cannot store its KV cache as {d.name}; accepted for {engine.name}: "
-                             f"{', '.join(allowed)}")
+                             f"{', '.join(info.kv_dtypes)}")
     return kvd
 
 
+def weight_float_dtype(engine: Engine, spec: ModelSpec) -> dtypes.DType:
+    """The dtype an engine loads unquantized weights in."""
+    return engine.info.weight_float_dtype(spec)
+
+
 def model_max_ctx(engine: Engine, spec: ModelSpec) -> tuple[int | None, str]:
-    if engine.name in ("vllm", "sglang", "trtllm"):
+    if engine.info.uses_vllm_max_ctx:
         return spec.vllm_max_ctx, spec.vllm_max_ctx_source
     return spec.max_ctx, spec.max_ctx_source
 
 
-def prepare(engine: Engine, spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, opts: dict[str, Any], **gpu: Any):
+def prepare(engine: Engine, spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, opts: dict[str, Any],
+            gpu: GpuContext | None = None):
     check_knobs(engine, opts)
     if tp < 1 or pp < 1:
         raise InputError("--tp and --pp must be positive integers")
-    return engine.module.prepare(spec, tp, pp, kvd, engine.selected, opts, **gpu)
+    return engine.module.prepare(spec, tp, pp, kvd, engine.selected, opts, gpu)

@@ -7,29 +7,49 @@ A CachePlan is the exact list of tensors (shape, dtype, count) an engine allocat
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from kvplan import dtypes
 from kvplan.dtypes import DType
 from kvplan.errors import InputError
+from kvplan.parallel import cdiv, heads_floor, pad_to, pp_partition  # noqa: F401  (re-exported for engines)
 from kvplan.spec import LayerCache, ModelSpec
 
-
-def cdiv(a: int, b: int) -> int:
-    return -(-a // b)
-
-
-def pad_to(n: int, multiple: int) -> int:
-    return cdiv(n, multiple) * multiple
+KNOB_KINDS = ("count", "tokens", "fraction", "bool")
 
 
 @dataclass(frozen=True)
 class Knob:
-    """An engine flag that changes the layout or budget: CLI --name, YAML name with '_'."""
+    """An engine flag that changes the layout or budget: CLI --name, YAML name with '_'.
+
+    kind: how a value is written (count: a positive integer; tokens: 8192, 8k; fraction: 0.9 or 90%; bool).
+    layout: True when it changes the cache layout (size, verify and fit take it), False for budget-only knobs
+    (fit and check only)."""
 
     name: str
-    kind: type
+    kind: str
     help: str
+    layout: bool = True
+
+    def __post_init__(self) -> None:
+        assert self.kind in KNOB_KINDS, self.kind
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def parse(self, value: Any) -> Any:
+        """A value as written on the command line (or already typed) -> the engine's option; one line if wrong."""
+        from kvplan.units import parse_count, parse_fraction, parse_tokens
+
+        if value is None or self.kind == "bool":
+            return value
+        parser = {"count": parse_count, "tokens": parse_tokens, "fraction": parse_fraction}[self.kind]
+        return parser(value, self.flag)
+
+
+def knob_table(*knobs: Knob) -> dict[str, Knob]:
+    return {k.name: k for k in knobs}
 
 
 @dataclass(frozen=True)
@@ -147,25 +167,7 @@ class CachePlan:
 
 
 # ---------------------------------------------------------------------------------------------- parallelism
-def pp_partition(num_layers: int, pp: int) -> list[range]:
-    """vLLM get_pp_indices: base = L // pp; the remainder goes one layer each to stages pp-2, pp-3, ...
-    (never the last). 61 layers, pp=4 -> [15, 15, 16, 15]."""
-    if pp > num_layers:
-        raise InputError(f"--pp {pp} is more pipeline stages than the model's {num_layers} layers")
-    sizes = [num_layers // pp] * pp
-    remainder = num_layers % pp
-    for i in range(remainder):
-        sizes[pp - 2 - i] += 1
-    out, start = [], 0
-    for s in sizes:
-        out.append(range(start, start + s))
-        start += s
-    return out
-
-
-def kv_heads_per_gpu(total: int, tp: int) -> int:
-    """vLLM/SGLang: max(1, H // tp); with tp > H each GPU holds one replicated head."""
-    return max(1, total // tp)
+kv_heads_per_gpu = heads_floor
 
 
 def check_tp_heads(spec: ModelSpec, tp: int, query_heads: int | None = None) -> None:
@@ -187,10 +189,6 @@ def check_tp_heads(spec: ModelSpec, tp: int, query_heads: int | None = None) -> 
 
 def _valid_tps(h: int) -> list[int]:
     return [t for t in (1, 2, 4, 8, 16, 32, 64) if (h >= t and h % t == 0) or (h < t and t % h == 0)]
-
-
-def stage_caches(spec: ModelSpec, pp: int) -> list[tuple[tuple[int, LayerCache], ...]]:
-    return [spec.caches_of_layers(set(r)) for r in pp_partition(spec.num_layers, pp)]
 
 
 def resolve_kv_dtypes(
@@ -278,3 +276,49 @@ def max_batch_by_bytes(plan_bytes, budgets: list[int], ctx: int, limit: int = 1 
     def ok(b: int) -> bool:
         return all(plan_bytes(ctx, b, s) <= budgets[s] for s in range(len(budgets)))
     return max(0, largest(1, limit, ok))
+
+
+# ---------------------------------------------------------------------------------------------- the engine contract
+@dataclass(frozen=True)
+class EngineInfo:
+    """What an engine module declares about itself (its ENGINE); the registry, sizing, check and the CLI read
+    these fields instead of asking for an engine's name."""
+
+    name: str
+    aliases: tuple[str, ...]
+    summary: str  # one line for --engine help
+    versions: Sequence[tuple[str, Any]]  # ascending (version label, rules) rows
+    kv_dtypes: tuple[str, ...]  # cache dtypes this engine can store
+    knobs: Mapping[str, Knob]
+    default_kv_dtype: Callable[[ModelSpec], DType]  # what `auto` means before any checkpoint hint
+    honours_checkpoint_kv: bool  # `auto` takes quantization_config's KV dtype
+    uses_vllm_max_ctx: bool  # the model maximum by vLLM's rules (rope scaling...) rather than the config field
+    weight_float_dtype: Callable[[ModelSpec], DType]  # dtype unquantized weights are loaded in
+    heads_per_gpu: Callable[[int, int], int]  # KV heads one GPU holds for (heads, tp)
+    gguf_native: bool = False  # serves GGUF files itself (its token_embd stays in host memory)
+
+
+class PreparedLayout(Protocol):
+    """An engine's cache layout for one model, dtypes, TP/PP and knobs: what size, fit and verify plan with."""
+
+    def plan(self, ctx: int, batch: int, stage: int | None = None) -> CachePlan: ...
+
+
+class EngineModule(Protocol):
+    """What every module in kvplan/engines/ provides (the registry in engines/__init__.py holds them)."""
+
+    ENGINE: EngineInfo
+    KIND_RULES: Mapping[type[LayerCache], Any]
+
+    def prepare(self, spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Any, opts: dict[str, Any],
+                gpu: GpuContext | None) -> PreparedLayout: ...
+
+    def budget(self, prepared: Any, spec: ModelSpec, gpu: GpuContext, stage: int, weights: int,
+               opts: dict[str, Any], reserve: int | None, dtype_bytes: int) -> Budget: ...
+
+    def capacity(self, prepared: Any, spec: ModelSpec, ctx: int, budgets: list[int], opts: dict[str, Any],
+                 gpu: GpuContext, max_model_len: int | None) -> Capacity: ...
+
+    def fits(self, prepared: Any, ctx: int, batch: int, budgets: list[int]) -> bool: ...
+
+    def max_batch(self, prepared: Any, ctx: int, budgets: list[int]) -> int: ...

@@ -9,14 +9,17 @@ recurrent/SSM state in fp32.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvplan import dtypes
-from kvplan.engines.base import CachePlan, KVDtypes, PlanGroup, Request, tensor
+from kvplan.engines import base, layout
+from kvplan.engines.base import EngineInfo, KVDtypes, PlanGroup, tensor
 from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
-from kvplan.spec import LayerCache, ModelSpec
+from kvplan.parallel import heads_unsplit
+from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, LatentAttention, LayerCache, LinearAttentionState,
+                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow)
 
 
 @dataclass(frozen=True)
@@ -29,95 +32,159 @@ KV_DTYPES = ("fp16", "bf16", "fp32")  # cache dtypes this engine can store
 KNOBS: dict[str, Any] = {}
 
 
-def select_version(requested: str | None) -> Selected[Rules]:
-    return select("hf", requested, VERSIONS)
-
-
 def load_dtype(spec: ModelSpec):
     """from_pretrained(dtype="auto"): the config's dtype. A config that names none leaves transformers to read
     the checkpoint's first floating-point tensor, which a config cannot show: bf16 is assumed (and stated)."""
     return dtypes.KV_DTYPES[spec.dtype or "bf16"]
 
 
-def tokens_held(c: LayerCache, ctx: int) -> int:
-    if c.kind == "sliding":
-        return min(ctx, c.window - 1)
-    if c.kind == "chunked":
-        return min(ctx, c.chunk - 1)
-    if c.kind == "cross":
-        return c.encoder_len
-    if c.kind in ("full", "mla"):
-        return ctx
-    return 0
+ENGINE = EngineInfo(
+    name="hf", aliases=("transformers", "huggingface"), summary="transformers DynamicCache", versions=VERSIONS,
+    kv_dtypes=KV_DTYPES, knobs=KNOBS, default_kv_dtype=load_dtype, honours_checkpoint_kv=False,
+    uses_vllm_max_ctx=False, weight_float_dtype=load_dtype, heads_per_gpu=heads_unsplit,
+)
 
 
-def layer_tensors(c: LayerCache, ctx: int, batch: int, kvd: KVDtypes, rules: Rules, model_dt) -> list:
-    s = tokens_held(c, ctx)
-    if c.kind in ("full", "sliding", "chunked", "cross"):
-        return [tensor("keys", (batch, c.kv_heads, s, c.head_dim_k), kvd.k),
-                tensor("values", (batch, c.kv_heads, s, c.head_dim_v), kvd.v)]
-    if c.kind == "mla":
-        if rules.mla_latent:
-            return [tensor("keys (kv latent)", (batch, 1, s, c.kv_lora_rank), kvd.k),
-                    tensor("values (k_rot)", (batch, 1, s, c.rope_dim), kvd.v)]
-        return [tensor("keys", (batch, c.num_heads, s, c.qk_nope_head_dim + c.rope_dim), kvd.k),
-                tensor("values", (batch, c.num_heads, s, c.v_head_dim), kvd.v)]
-    if c.kind in ("mamba_state", "linear_state"):
-        conv = kvd.state or model_dt
-        ssm = kvd.state or dtypes.KV_DTYPES["fp32"]
-        return [tensor("conv_states", (batch, c.conv_dim, c.conv_kernel), conv),
-                tensor("recurrent_states" if c.kind == "linear_state" else "ssm_states", (batch, *c.ssm_shape), ssm)]
-    return []
+def select_version(requested: str | None) -> Selected[Rules]:
+    return select(ENGINE.name, requested, VERSIONS)
+
+
+# ---------------------------------------------------------------------------------------------- kind rules
+@dataclass(frozen=True)
+class KVLayer:
+    """DynamicLayer: keys and values [batch, kv_heads, tokens, head_dim]. keep: a sliding layer
+    (DynamicSlidingWindowLayer) keeps its last span - 1 tokens; fixed: cross attention keeps the encoder's."""
+
+    keep: bool = False
+    fixed: bool = False
+
+    def tokens(self, c: FullAttention, ctx: int) -> int:
+        if self.fixed:
+            return c.span
+        return min(ctx, c.span - 1) if self.keep else ctx
+
+    def tensors(self, c: FullAttention, ctx: int, batch: int, p: "Prepared") -> list:
+        s = self.tokens(c, ctx)
+        return [tensor("keys", (batch, c.kv_heads, s, c.head_dim_k), p.kvd.k),
+                tensor("values", (batch, c.kv_heads, s, c.head_dim_v), p.kvd.v)]
+
+    def dtype_label(self, p: "Prepared") -> str:
+        return p.kvd.label
 
 
 @dataclass(frozen=True)
-class Prepared:
+class LatentLayer(KVLayer):
+    """MLA: the latent (kv_lora_rank as keys, the rope key as values) since 5.15; decompressed K/V before."""
+
+    def tokens(self, c: LatentAttention, ctx: int) -> int:
+        return ctx
+
+    def tensors(self, c: LatentAttention, ctx: int, batch: int, p: "Prepared") -> list:
+        if p.selected.rules.mla_latent:
+            return [tensor("keys (kv latent)", (batch, 1, ctx, c.kv_lora_rank), p.kvd.k),
+                    tensor("values (k_rot)", (batch, 1, ctx, c.rope_dim), p.kvd.v)]
+        return [tensor("keys", (batch, c.num_heads, ctx, c.qk_nope_head_dim + c.rope_dim), p.kvd.k),
+                tensor("values", (batch, c.num_heads, ctx, c.v_head_dim), p.kvd.v)]
+
+
+@dataclass(frozen=True)
+class StateLayer:
+    """Mamba / linear-attention cache: a conv window of the full kernel width in the compute dtype, and the
+    recurrent/SSM state in fp32."""
+
+    name: str = "ssm_states"
+
+    def tokens(self, c: RecurrentState, ctx: int) -> int:
+        return 0
+
+    def tensors(self, c: RecurrentState, ctx: int, batch: int, p: "Prepared") -> list:
+        conv = p.kvd.state or p.model_dt
+        ssm = p.kvd.state or dtypes.KV_DTYPES["fp32"]
+        return [tensor("conv_states", (batch, c.conv_dim, c.conv_kernel), conv),
+                tensor(self.name, (batch, *c.ssm_shape), ssm)]
+
+    def dtype_label(self, p: "Prepared") -> str:
+        return "state"
+
+
+KIND_RULES: dict[type, Any] = {
+    FullAttention: KVLayer(),
+    SlidingWindow: KVLayer(keep=True),
+    ChunkedLocal: KVLayer(keep=True),  # Llama-4: the same class with window = attention_chunk_size
+    CrossAttention: KVLayer(fixed=True),
+    LatentAttention: LatentLayer(),
+    MambaState: StateLayer("ssm_states"),
+    LinearAttentionState: StateLayer("recurrent_states"),
+    SharedKV: layout.NO_CACHE,
+    NoCache: layout.NO_CACHE,
+}
+
+
+@dataclass(frozen=True)
+class Prepared(layout.StagedLayout):
     selected: Selected[Rules]
     spec: ModelSpec
     kvd: KVDtypes
     assumptions: tuple[str, ...]
     model_dt: Any
+    tp: int = 1
+    pp: int = 1
 
-    def plan(self, ctx: int, batch: int, stage: int | None = None) -> CachePlan:
-        from kvplan.engines.vllm import geometry
+    @property
+    def label(self) -> str:
+        return self.selected.label
 
-        groups = []
-        for g in self.spec.groups:
-            c = g.cache
-            per_layer = layer_tensors(c, ctx, batch, self.kvd, self.selected.rules, self.model_dt)
-            tensors = tuple(t.__class__(t.name, t.shape, t.dtype, t.count * len(g.layer_ids), t.elem_bytes) for t in per_layer)
-            nbytes = sum(t.total_bytes for t in tensors)
-            grows = tokens_held(c, ctx + 1) > tokens_held(c, ctx)
-            one_token = sum(t.total_bytes for t in (layer_tensors(c, ctx + 1, 1, self.kvd, self.selected.rules, self.model_dt))) \
-                - sum(t.total_bytes for t in layer_tensors(c, ctx, 1, self.kvd, self.selected.rules, self.model_dt))
-            dtype = "state" if c.kind in ("mamba_state", "linear_state") else self.kvd.label
-            groups.append(PlanGroup(
-                kind=c.kind, layer_ids=g.layer_ids, tokens=tokens_held(c, ctx), dtype=dtype, bytes=nbytes,
-                bytes_per_token=one_token * len(g.layer_ids) if grows else 0, tensors=tensors,
-                description=c.describe(), **geometry(c, 1),
+    @property
+    def stages(self) -> tuple[layout.Caches, ...]:
+        return (self.spec.caches,)
+
+    @property
+    def gpus_per_stage(self) -> int:
+        return 1
+
+    def _bytes(self, rule, c: LayerCache, ctx: int, batch: int) -> int:
+        return sum(t.total_bytes for t in rule.tensors(c, ctx, batch, self))
+
+    def groups_of(self, ctx: int, batch: int, stage: int) -> list[PlanGroup]:
+        out = []
+        for c, layers, rule in layout.groups(ENGINE.name, KIND_RULES, self.spec.caches):
+            if isinstance(rule, layout.NoCacheRule):
+                out.append(layout.no_cache_group(c, layers, self.kvd.label))
+                continue
+            n = len(layers)
+            tensors = tuple(replace(t, count=t.count * n) for t in rule.tensors(c, ctx, batch, self))
+            grows = rule.tokens(c, ctx + 1) > rule.tokens(c, ctx)
+            one_token = self._bytes(rule, c, ctx + 1, 1) - self._bytes(rule, c, ctx, 1)
+            out.append(PlanGroup(
+                kind=c.kind, layer_ids=tuple(layers), tokens=rule.tokens(c, ctx), dtype=rule.dtype_label(self),
+                bytes=sum(t.total_bytes for t in tensors), bytes_per_token=one_token * n if grows else 0,
+                tensors=tensors, description=c.describe(), **layout.geometry(c, 1, ENGINE.heads_per_gpu),
             ))
-        total = sum(g.bytes for g in groups)
-        return CachePlan(self.selected.label, Request(ctx, batch), tuple(groups), total, self.assumptions, 0,
-                         {"layout": "DynamicCache"})
+        return out
+
+    def details(self, ctx: int, batch: int, stage: int) -> dict[str, Any]:
+        return {"layout": "DynamicCache"}
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
-            **_: Any) -> Prepared:
+            gpu: base.GpuContext | None = None) -> Prepared:
     if tp > 1 or pp > 1:
         raise InputError("the hf engine (transformers generate) runs the model on one device; --tp/--pp apply to "
                          "vllm, sglang, trtllm (and --pp to llamacpp)")
+    layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     model_dt = kvd.k
+    kinds = {type(c) for _, c in spec.caches}
     notes = [f"{selected.label} DynamicCache after one forward of ctx tokens (no preallocation, no paging)"]
     if spec.dtype is None:
         notes.append("the config names no dtype: transformers would take the checkpoint's; bf16 assumed")
     if selected.note:
         notes.append(selected.note)
-    if any(c.kind == "sliding" for _, c in spec.caches):
+    if SlidingWindow in kinds:
         notes.append("sliding layers keep window-1 tokens (DynamicSlidingWindowLayer)")
-    if any(c.kind == "mla" for _, c in spec.caches):
+    if LatentAttention in kinds:
         notes.append("MLA cached as the latent (512 + 64) since transformers 5.15" if selected.rules.mla_latent
                      else "MLA cached as decompressed K/V (transformers <= 5.14)")
-    if any(c.kind in ("mamba_state", "linear_state") for _, c in spec.caches):
+    if any(issubclass(k, RecurrentState) for k in kinds):
         notes.append(f"conv state at full kernel width in {model_dt.name}, SSM/recurrent state in "
                      f"{(kvd.state or dtypes.KV_DTYPES['fp32']).name}")
     return Prepared(selected, spec, kvd, tuple(notes), model_dt)

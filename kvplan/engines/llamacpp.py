@@ -14,15 +14,18 @@ V-less MLA cache (PR 19067, merged 2026-01-24) ~b7800.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from math import prod
 from typing import Any
 
 from kvplan import dtypes
-from kvplan.engines import base
-from kvplan.engines.base import CachePlan, Knob, KVDtypes, PlanGroup, Request, pad_to, tensor
+from kvplan.engines import base, layout
+from kvplan.engines.base import EngineInfo, Knob, KVDtypes, PlanGroup, knob_table, pad_to, tensor
 from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
-from kvplan.spec import LayerCache, ModelSpec
+from kvplan.parallel import heads_unsplit
+from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, LatentAttention, LinearAttentionState,
+                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow)
 
 
 @dataclass(frozen=True)
@@ -38,18 +41,23 @@ VERSIONS = [
     ("b7800", Rules(True, True, False)),
 ]
 KV_DTYPES = ("fp32", "fp16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")  # cache dtypes this engine can store
-KNOBS = {
-    "parallel": Knob("parallel", int, "-np: sequences (slots); fit reads it as the batch"),
-    "ubatch": Knob("ubatch", int, "-ub: physical batch (SWA cells = window + ubatch)"),
-    "kv_unified": Knob("kv_unified", bool, "--kv-unified: one cell stream shared by all slots"),
-    "swa_full": Knob("swa_full", bool, "--swa-full: sliding-window layers get full-size cache"),
-    "flash_attn": Knob("flash_attn", bool, "-fa (older builds pad n_ctx to 256 with it, 32 without)"),
-}
+KNOBS = knob_table(
+    Knob("ubatch", "count", "-ub: physical batch (SWA cells = window + ubatch; default 512)"),
+    Knob("kv_unified", "bool", "--kv-unified: one cell stream shared by all slots"),
+    Knob("swa_full", "bool", "--swa-full: sliding-window layers get full-size cache"),
+    Knob("flash_attn", "bool", "-fa (older builds pad n_ctx to 256 with it, 32 without)"),
+)
 F32 = dtypes.KV_DTYPES["fp32"]
+ENGINE = EngineInfo(
+    name="llamacpp", aliases=("llama.cpp", "llama-cpp", "llama_cpp"), summary="llama.cpp KV cells",
+    versions=VERSIONS, kv_dtypes=KV_DTYPES, knobs=KNOBS, default_kv_dtype=lambda spec: dtypes.KV_DTYPES["fp16"],
+    honours_checkpoint_kv=False, uses_vllm_max_ctx=False, weight_float_dtype=base.serving_dtype,
+    heads_per_gpu=heads_unsplit, gguf_native=True,
+)
 
 
 def select_version(requested: str | None) -> Selected[Rules]:
-    return select("llamacpp", requested, VERSIONS)
+    return select(ENGINE.name, requested, VERSIONS)
 
 
 @dataclass(frozen=True)
@@ -78,11 +86,84 @@ def cells(ctx: int, batch: int, rules: Rules, unified: bool, ubatch: int, swa_fu
     return Cells(base_cells, swa, streams, n_ctx)
 
 
+# ---------------------------------------------------------------------------------------------- kind rules
 @dataclass(frozen=True)
-class Prepared:
+class KVCells:
+    """llama_kv_cache: per layer K [n_embd_k_gqa, cells, streams] of type_k and V likewise of type_v. swa: the
+    layer lives in the SWA cache (llama_kv_cache_iswa), whose cells cover the window."""
+
+    swa: bool = False
+
+    def layer(self, c: FullAttention, cl: Cells, batch: int, p: "Prepared") -> tuple[list, int]:
+        """Tensors of one layer and the bytes one more cell adds to it."""
+        n = cl.swa if self.swa else cl.base
+        k, v = c.token_elems(c.kv_heads)
+        return [tensor("K", (cl.streams * n, k), p.kvd.k), tensor("V", (cl.streams * n, v), p.kvd.v)], \
+            p.kvd.k.nbytes(k) + p.kvd.v.nbytes(v)
+
+    def tokens(self, cl: Cells) -> int:
+        return cl.swa if self.swa else cl.base
+
+    def grows(self, p: "Prepared", ctx: int) -> bool:
+        if not self.swa or p.swa_full:
+            return True
+        return p.cells(ctx + 1, 1).swa > p.cells(ctx, 1).swa
+
+    def dtype_label(self, p: "Prepared") -> str:
+        return p.kvd.label
+
+
+@dataclass(frozen=True)
+class LatentCells(KVCells):
+    """MLA GGUFs: K = the latent (kv_lora_rank + rope); older builds store V (kv_lora_rank) beside it."""
+
+    def layer(self, c: LatentAttention, cl: Cells, batch: int, p: "Prepared") -> tuple[list, int]:
+        out = [tensor("K (latent)", (cl.streams * cl.base, c.latent_dim), p.kvd.k)]
+        row = p.kvd.k.nbytes(c.latent_dim)
+        if p.selected.rules.mla_v:
+            out.append(tensor("V", (cl.streams * cl.base, c.kv_lora_rank), p.kvd.v))
+            row += p.kvd.v.nbytes(c.kv_lora_rank)
+        return out, row
+
+
+@dataclass(frozen=True)
+class RecurrentRows:
+    """llama_memory_recurrent: r (conv) and s (SSM) rows in f32 for max(1, n_seq) sequences."""
+
+    def layer(self, c: RecurrentState, cl: Cells, batch: int, p: "Prepared") -> tuple[list, int]:
+        mem, st = max(1, batch), p.kvd.state or F32
+        return [tensor("r (conv state)", (mem, (c.conv_kernel - 1) * c.conv_dim), st),
+                tensor("s (ssm state)", (mem, prod(c.ssm_shape)), st)], 0
+
+    def tokens(self, cl: Cells) -> int:
+        return 0
+
+    def grows(self, p: "Prepared", ctx: int) -> bool:
+        return False
+
+    def dtype_label(self, p: "Prepared") -> str:
+        return (p.kvd.state or F32).name
+
+
+KIND_RULES: dict[type, Any] = {
+    FullAttention: KVCells(),
+    SlidingWindow: KVCells(swa=True),
+    ChunkedLocal: KVCells(swa=True),
+    CrossAttention: layout.Omitted("cross-attention K/V are recomputed from the stored encoder output"),
+    LatentAttention: LatentCells(),
+    MambaState: RecurrentRows(),
+    LinearAttentionState: RecurrentRows(),
+    SharedKV: layout.NO_CACHE,
+    NoCache: layout.NO_CACHE,
+}
+
+
+# ---------------------------------------------------------------------------------------------- layout
+@dataclass(frozen=True)
+class Prepared(layout.StagedLayout):
     selected: Selected[Rules]
     spec: ModelSpec
-    stages: tuple[tuple[tuple[int, LayerCache], ...], ...]
+    stages: tuple[layout.Caches, ...]
     kvd: KVDtypes
     unified: bool
     ubatch: int
@@ -90,117 +171,81 @@ class Prepared:
     flash_attn: bool
     pp: int
     assumptions: tuple[str, ...]
+    tp: int = 1
+
+    @property
+    def label(self) -> str:
+        return self.selected.label
+
+    @property
+    def gpus_per_stage(self) -> int:
+        return 1
 
     def n_swa(self) -> int:
-        ws = [getattr(c, "window", 0) or getattr(c, "chunk", 0) for _, c in self.spec.caches if c.kind in ("sliding", "chunked")]
+        """llama.cpp's one n_swa for the SWA cache: the largest window among the windowed layers."""
+        ws = [c.span for _, c in self.spec.caches if getattr(KIND_RULES.get(type(c)), "swa", False)]
         return max(ws) if ws else 0
 
     def cells(self, ctx: int, batch: int) -> Cells:
         return cells(ctx, batch, self.selected.rules, self.unified, self.ubatch, self.swa_full, self.n_swa(), self.flash_attn)
 
-    def _layer(self, c: LayerCache, cl: Cells, batch: int) -> tuple[list, int]:
-        """Tensors of one layer and the bytes one more cell adds to it."""
-        if c.kind in ("full", "sliding", "chunked"):
-            n = cl.swa if c.kind in ("sliding", "chunked") else cl.base
-            k_row, v_row = self.kvd.k.nbytes(c.kv_heads * c.head_dim_k), self.kvd.v.nbytes(c.kv_heads * c.head_dim_v)
-            return [tensor("K", (cl.streams * n, c.kv_heads * c.head_dim_k), self.kvd.k),
-                    tensor("V", (cl.streams * n, c.kv_heads * c.head_dim_v), self.kvd.v)], k_row + v_row
-        if c.kind == "mla":
-            out = [tensor("K (latent)", (cl.streams * cl.base, c.latent_dim), self.kvd.k)]
-            row = self.kvd.k.nbytes(c.latent_dim)
-            if self.selected.rules.mla_v:
-                out.append(tensor("V", (cl.streams * cl.base, c.kv_lora_rank), self.kvd.v))
-                row += self.kvd.v.nbytes(c.kv_lora_rank)
-            return out, row
-        if c.kind in ("mamba_state", "linear_state"):
-            mem = max(1, batch)
-            r = (c.conv_kernel - 1) * c.conv_dim
-            s = 1
-            for d in c.ssm_shape:
-                s *= d
-            st = self.kvd.state or F32
-            return [tensor("r (conv state)", (mem, r), st), tensor("s (ssm state)", (mem, s), st)], 0
-        return [], 0
-
-    def _groups(self, ctx: int, batch: int, stage: int) -> list[PlanGroup]:
-        from kvplan.engines.vllm import geometry
-
+    def groups_of(self, ctx: int, batch: int, stage: int) -> list[PlanGroup]:
         cl = self.cells(ctx, batch)
-        grow_swa = self.cells(ctx + 1, 1).swa > self.cells(ctx, 1).swa if not self.swa_full else True
-        merged: dict[LayerCache, list[int]] = {}
-        for i, c in self.stages[stage]:
-            merged.setdefault(c, []).append(i)
         out = []
-        for c, layers in merged.items():
-            per_layer, row = self._layer(c, cl, batch)
-            if not per_layer:
-                out.append(PlanGroup(c.kind, tuple(layers), None, None, None, None, 0, "-", 0, 0, (), c.describe()))
+        for c, layers, rule in layout.groups(ENGINE.name, KIND_RULES, self.stages[stage]):
+            if isinstance(rule, layout.NoCacheRule):
+                out.append(layout.no_cache_group(c, layers))
                 continue
-            tensors = tuple(t.__class__(t.name, t.shape, t.dtype, len(layers), t.elem_bytes) for t in per_layer)
-            if c.kind in ("mamba_state", "linear_state"):
-                tokens, grows, dtype = 0, False, (self.kvd.state or F32).name
-            elif c.kind in ("sliding", "chunked"):
-                tokens, grows, dtype = cl.swa, grow_swa, self.kvd.label
-            else:
-                tokens, grows, dtype = cl.base, True, self.kvd.label
+            per_layer, row = rule.layer(c, cl, batch, self)
+            tensors = tuple(replace(t, count=len(layers)) for t in per_layer)
             out.append(PlanGroup(
-                kind=c.kind, layer_ids=tuple(layers), tokens=tokens, dtype=dtype,
-                bytes=sum(t.total_bytes for t in tensors), bytes_per_token=row * len(layers) if grows else 0,
-                tensors=tensors, description=c.describe(), **geometry(c, 1, split_heads=lambda h, tp: h),
+                kind=c.kind, layer_ids=tuple(layers), tokens=rule.tokens(cl), dtype=rule.dtype_label(self),
+                bytes=sum(t.total_bytes for t in tensors), bytes_per_token=row * len(layers) if rule.grows(self, ctx) else 0,
+                tensors=tensors, description=c.describe(), **layout.geometry(c, 1, ENGINE.heads_per_gpu),
             ))
         return out
 
-    def stage_bytes(self, ctx: int, batch: int, stage: int) -> int:
-        return sum(g.bytes for g in self._groups(ctx, batch, stage))
-
-    def limiting_stage(self, ctx: int) -> int:
-        per = [self.stage_bytes(ctx, 1, s) for s in range(len(self.stages))]
-        return per.index(max(per))
-
-    def plan(self, ctx: int, batch: int, stage: int | None = None) -> CachePlan:
-        stage = self.limiting_stage(ctx) if stage is None else stage
+    def details(self, ctx: int, batch: int, stage: int) -> dict[str, Any]:
         cl = self.cells(ctx, batch)
-        groups = self._groups(ctx, batch, stage)
-        all_gpus = sum(self.stage_bytes(ctx, batch, s) for s in range(len(self.stages)))
-        details = {"n_ctx": cl.n_ctx, "cells": cl.base, "swa_cells": cl.swa, "streams": cl.streams,
-                   "n_seq_max": batch, "flags": f"-np {batch} -c {batch * ctx}"}
-        return CachePlan(self.selected.label, Request(ctx, batch, 1, self.pp), tuple(groups), all_gpus,
-                         self.assumptions, stage, details)
+        return {"n_ctx": cl.n_ctx, "cells": cl.base, "swa_cells": cl.swa, "streams": cl.streams,
+                "n_seq_max": batch, "flags": f"-np {batch} -c {batch * ctx}"}
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
-            **_: Any) -> Prepared:
+            gpu: base.GpuContext | None = None) -> Prepared:
     if tp > 1:
         raise InputError("llama.cpp splits a model by layers across GPUs, not by tensor parallelism; use --pp N "
                          "for a layer split over N GPUs")
+    layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     rules = selected.rules
     unified = bool(opts.get("kv_unified") or False)
     ubatch = int(opts.get("ubatch") or 512)
     swa_full = bool(opts.get("swa_full") or False)
     flash_attn = opts.get("flash_attn")
     flash_attn = True if flash_attn is None else bool(flash_attn)
+    kinds = {type(c) for _, c in spec.caches}
     notes = ["serving B requests of C tokens = -np B -c B*C; n_ctx padded to 256"
              + ("" if rules.fixed_pad else " with flash attention (32 without)")]
     if rules.streams:
         notes.append("one cell stream per slot (--no-kv-unified, the default with -np)" if not unified
                      else "one unified cell stream shared by all slots (--kv-unified)")
-    if any(c.kind in ("sliding", "chunked") for _, c in spec.caches):
+    if kinds & {SlidingWindow, ChunkedLocal}:
         notes.append("SWA layers get full cells (--swa-full)" if swa_full
                      else f"SWA/chunked layers: PAD(window + ubatch {ubatch}, 256) cells (--swa-full off, server default)")
-    if any(c.kind == "mla" for _, c in spec.caches):
+    if LatentAttention in kinds:
         notes.append("MLA: K = latent (kv_lora_rank + rope)" + (", V = kv_lora_rank stored beside it" if rules.mla_v
                                                                else ", no V tensor (V-less cache)"))
-    if any(c.kind == "cross" for _, c in spec.caches):
+    if CrossAttention in kinds:
         notes.append("cross-attention K/V are recomputed from the stored encoder output (not in the KV cache)")
-    if any(c.kind in ("mamba_state", "linear_state") for _, c in spec.caches):
+    if any(issubclass(k, RecurrentState) for k in kinds):
         notes.append(f"recurrent state r/s in {(kvd.state or F32).name} for max(1, n_seq) sequences")
     if pp > 1:
         notes.append(f"layers split over {pp} GPUs as evenly as vLLM's pipeline split (llama.cpp -sm layer; -ts "
                      "proportions change it)")
     if selected.note:
         notes.append(selected.note)
-    caches = tuple(tuple((i, c) for i, c in st if c.kind != "cross") for st in base.stage_caches(spec, pp))
-    return Prepared(selected, spec, caches, kvd, unified, ubatch, swa_full, flash_attn, pp, tuple(notes))
+    stages = tuple(layout.kept(ENGINE.name, KIND_RULES, st) for st in layout.stages(spec, pp))
+    return Prepared(selected, spec, stages, kvd, unified, ubatch, swa_full, flash_attn, pp, tuple(notes))
 
 
 # ---------------------------------------------------------------------------------------------- budget, capacity

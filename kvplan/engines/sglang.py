@@ -12,10 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvplan import dtypes
-from kvplan.engines import base
-from kvplan.engines.base import CachePlan, Knob, KVDtypes, PlanGroup, Request, tensor
+from kvplan.engines import base, layout
+from kvplan.engines.base import EngineInfo, Knob, KVDtypes, PlanGroup, knob_table, tensor
 from kvplan.engines.versions import Selected, select
-from kvplan.spec import LayerCache, ModelSpec
+from kvplan.parallel import heads_floor, pad_to
+from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, LatentAttention, LayerCache, LinearAttentionState,
+                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow)
 
 
 @dataclass(frozen=True)
@@ -25,36 +27,134 @@ class Rules:
 
 VERSIONS = [("0.4", Rules(False)), ("0.5", Rules(True))]
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2")  # cache dtypes this engine can store
-KNOBS = {
-    "page_size": Knob("page_size", int, "tokens per page (SGLang default 1; some attention backends force 64/128)"),
-    "mem_fraction_static": Knob("mem_fraction_static", float, "fraction of free memory for weights + KV pool"),
-    "max_total_tokens": Knob("max_total_tokens", int, "cap on the token pool"),
-    "max_running_requests": Knob("max_running_requests", int, "running-request limit"),
-    "chunked_prefill_size": Knob("chunked_prefill_size", int, "chunked prefill size"),
-    "context_length": Knob("context_length", int, "the engine's context length"),
-}
-HYBRID_SWA_FAMILIES = ("llama4", "gpt-oss")
+KNOBS = knob_table(
+    Knob("page_size", "count", "tokens per page (SGLang default 1; some attention backends force 64/128)"),
+    Knob("mem_fraction_static", "fraction", "fraction of free memory for weights + KV pool", layout=False),
+    Knob("max_total_tokens", "tokens", "cap on the token pool", layout=False),
+    Knob("max_running_requests", "count", "running-request limit", layout=False),
+    Knob("context_length", "tokens", "the engine's context length (default: the model max)", layout=False),
+)
+ENGINE = EngineInfo(
+    name="sglang", aliases=(), summary="SGLang token pools", versions=VERSIONS, kv_dtypes=KV_DTYPES, knobs=KNOBS,
+    default_kv_dtype=base.serving_dtype, honours_checkpoint_kv=True, uses_vllm_max_ctx=True,
+    weight_float_dtype=base.serving_dtype, heads_per_gpu=heads_floor,
+)
+# model_config.py is_hybrid_swa_model: the HF classes SGLang gives a separate sliding-window pool (plus the GGUF
+# architecture names of the same models); every other model's sliding layers hold full-length cache.
+HYBRID_SWA_ARCHITECTURES = frozenset({
+    "Llama4ForConditionalGeneration", "GptOssForCausalLM", "MiMoV2FlashForCausalLM", "MiMoV2MTP",
+    "Step3p5ForCausalLM", "Step3p5MTP", "llama4", "gpt-oss",
+})
 
 
 def select_version(requested: str | None) -> Selected[Rules]:
-    return select("sglang", requested, VERSIONS)
+    return select(ENGINE.name, requested, VERSIONS)
 
 
-def _tokens(c: LayerCache, ctx: int, hybrid_swa: bool) -> int:
-    if c.kind in ("sliding", "chunked") and hybrid_swa:
-        return min(ctx, getattr(c, "window", 0) or c.chunk)
-    if c.kind == "cross":
-        return c.encoder_len
-    if c.kind in ("full", "sliding", "chunked", "mla"):
+# ---------------------------------------------------------------------------------------------- kind rules
+@dataclass(frozen=True)
+class TokenPool:
+    """MHATokenToKVPool: per layer K [(N + page), H_kv, D_k] and V [(N + page), H_kv, D_v]; a request holds
+    `tokens` rows of each, rounded up to the page. pool: the hybrid-SWA pool these layers join ("full" or "swa";
+    "cross" joins neither); fixed: cross attention holds the encoder's length whatever the context."""
+
+    pool: str = "full"
+    fixed: bool = False
+
+    def tokens(self, c: FullAttention, ctx: int, p: "Prepared") -> int:
+        if self.fixed:
+            return c.span
+        if self.pool == "swa" and p.hybrid_swa:
+            return min(ctx, c.span)
         return ctx
-    return 0
+
+    def token_bytes(self, c: FullAttention, p: "Prepared") -> int:
+        k, v = c.token_elems(heads_floor(c.kv_heads, p.tp))
+        return p.kvd.k.nbytes(k) + p.kvd.v.nbytes(v)
+
+    def tensors(self, c: FullAttention, rows: int, n: int, p: "Prepared") -> tuple:
+        h = heads_floor(c.kv_heads, p.tp)
+        return (tensor("k_buffer", (rows, h, c.head_dim_k), p.kvd.k, n),
+                tensor("v_buffer", (rows, h, c.head_dim_v), p.kvd.v, n))
+
+    def dtype_label(self, kvd: KVDtypes) -> str:
+        return kvd.label
+
+    def group(self, c: FullAttention, layers: list[int], ctx: int, batch: int, p: "Prepared") -> PlanGroup:
+        held = pad_to(self.tokens(c, ctx, p), p.page)
+        tensors = self.tensors(c, batch * held + p.page, len(layers), p)  # pools allocate size + page_size rows
+        grows = self.tokens(c, ctx + 1, p) > self.tokens(c, ctx, p)
+        return PlanGroup(
+            kind=c.kind, layer_ids=tuple(layers), tokens=held, dtype=self.dtype_label(p.kvd),
+            bytes=sum(t.total_bytes for t in tensors), bytes_per_token=self.token_bytes(c, p) * len(layers) if grows else 0,
+            tensors=tensors, description=c.describe(), **layout.geometry(c, p.tp, ENGINE.heads_per_gpu),
+        )
 
 
 @dataclass(frozen=True)
-class Prepared:
+class LatentPool(TokenPool):
+    """MLATokenToKVPool: one [(N + page), 1, kv_lora_rank + rope] buffer per layer, in the K dtype."""
+
+    def tokens(self, c: LatentAttention, ctx: int, p: "Prepared") -> int:
+        return ctx
+
+    def token_bytes(self, c: LatentAttention, p: "Prepared") -> int:
+        return p.kvd.k.nbytes(c.latent_dim)
+
+    def tensors(self, c: LatentAttention, rows: int, n: int, p: "Prepared") -> tuple:
+        return (tensor("kv_buffer (latent)", (rows, 1, c.latent_dim), p.kvd.k, n),)
+
+    def dtype_label(self, kvd: KVDtypes) -> str:
+        return kvd.k.name
+
+
+@dataclass(frozen=True)
+class StateSlots:
+    """MambaPool: one state slot per running request, conv window kernel-1 in the model dtype and the SSM
+    state in fp32 (--mamba-ssm-dtype default)."""
+
+    pool: str = "state"
+    fixed: bool = True
+
+    def token_bytes(self, c: RecurrentState, p: "Prepared") -> int:
+        return 0
+
+    def group(self, c: RecurrentState, layers: list[int], ctx: int, batch: int, p: "Prepared") -> PlanGroup:
+        n = len(layers)
+        tensors = (tensor("conv_state", (batch, *c.conv_shape(p.tp)), p.state[0], n),
+                   tensor("ssm_state", (batch, *c.ssm_shape_for(p.tp)), p.state[1], n))
+        return PlanGroup(c.kind, tuple(layers), None, None, None, None, 0, "state",
+                         sum(t.total_bytes for t in tensors), 0, tensors, c.describe())
+
+
+KIND_RULES: dict[type, Any] = {
+    FullAttention: TokenPool("full"),
+    SlidingWindow: TokenPool("swa"),
+    ChunkedLocal: TokenPool("swa"),
+    CrossAttention: TokenPool("cross", fixed=True),
+    LatentAttention: LatentPool("full"),
+    MambaState: StateSlots(),
+    LinearAttentionState: StateSlots(),
+    SharedKV: layout.NO_CACHE,
+    NoCache: layout.NO_CACHE,
+}
+
+
+def _rule(c: LayerCache):
+    return layout.rule_for(ENGINE.name, KIND_RULES, c)
+
+
+def _pooled(c: LayerCache) -> bool:
+    """Layers whose tokens occupy the token pool (attention and latent kinds)."""
+    return isinstance(_rule(c), TokenPool)
+
+
+# ---------------------------------------------------------------------------------------------- layout
+@dataclass(frozen=True)
+class Prepared(layout.StagedLayout):
     selected: Selected[Rules]
     spec: ModelSpec
-    caches: tuple[tuple[tuple[int, LayerCache], ...], ...]
+    stages: tuple[layout.Caches, ...]
     kvd: KVDtypes
     page: int
     tp: int
@@ -64,86 +164,54 @@ class Prepared:
     assumptions: tuple[str, ...]
     max_total_tokens: int | None = None
 
+    @property
+    def label(self) -> str:
+        return self.selected.label
+
     def _token_bytes(self, c: LayerCache) -> int:
-        if c.kind == "mla":
-            return self.kvd.k.nbytes(c.latent_dim)
-        h = base.kv_heads_per_gpu(c.kv_heads, self.tp)
-        return self.kvd.k.nbytes(h * c.head_dim_k) + self.kvd.v.nbytes(h * c.head_dim_v)
+        return _rule(c).token_bytes(c, self)
 
-    def _state_bytes(self, c: LayerCache) -> tuple[tuple[int, ...], tuple[int, ...]]:
-        conv = (c.conv_kernel - 1, c.conv_dim // self.tp)
-        shape = c.ssm_shape
-        return conv, (shape[0] // self.tp, *shape[1:])
+    def cell_size(self, stage: int) -> int:
+        """Bytes one token takes across the stage's pooled layers (SGLang's cell_size)."""
+        return sum(self._token_bytes(c) for _, c in self.stages[stage] if _pooled(c))
 
-    def stage_bytes(self, ctx: int, batch: int, stage: int) -> int:
-        return sum(g.bytes for g in self._groups(ctx, batch, stage))
+    def has_fixed_state(self) -> bool:
+        """Cross-attention K/V or Mamba slots: a fixed cost per request beside the token pool."""
+        return any(getattr(_rule(c), "fixed", False) for st in self.stages for _, c in st)
 
-    def _groups(self, ctx: int, batch: int, stage: int) -> list[PlanGroup]:
-        from kvplan.engines.vllm import geometry
-
-        merged: dict[LayerCache, list[int]] = {}
-        for i, c in self.caches[stage]:
-            merged.setdefault(c, []).append(i)
+    def groups_of(self, ctx: int, batch: int, stage: int) -> list[PlanGroup]:
         out = []
-        for c, layers in merged.items():
-            n = len(layers)
-            if c.kind in ("none", "shared"):
-                out.append(PlanGroup(c.kind, tuple(layers), None, None, None, None, 0, "-", 0, 0, (), c.describe()))
-                continue
-            if c.kind in ("mamba_state", "linear_state"):
-                conv_shape, ssm_shape = self._state_bytes(c)
-                tensors = (tensor("conv_state", (batch, *conv_shape), self.state[0], n),
-                           tensor("ssm_state", (batch, *ssm_shape), self.state[1], n))
-                out.append(PlanGroup(c.kind, tuple(layers), None, None, None, None, 0, "state",
-                                     sum(t.total_bytes for t in tensors), 0, tensors, c.describe()))
-                continue
-            held = base.pad_to(_tokens(c, ctx, self.hybrid_swa), self.page)
-            rows = batch * held + self.page  # pools allocate size + page_size rows
-            if c.kind == "mla":
-                tensors = (tensor("kv_buffer (latent)", (rows, 1, c.latent_dim), self.kvd.k, n),)
+        for c, layers, rule in layout.groups(ENGINE.name, KIND_RULES, self.stages[stage]):
+            if isinstance(rule, layout.NoCacheRule):
+                out.append(layout.no_cache_group(c, layers))
             else:
-                h = base.kv_heads_per_gpu(c.kv_heads, self.tp)
-                tensors = (tensor("k_buffer", (rows, h, c.head_dim_k), self.kvd.k, n),
-                           tensor("v_buffer", (rows, h, c.head_dim_v), self.kvd.v, n))
-            grows = _tokens(c, ctx + 1, self.hybrid_swa) > _tokens(c, ctx, self.hybrid_swa)
-            out.append(PlanGroup(
-                kind=c.kind, layer_ids=tuple(layers), tokens=held, dtype=self.kvd.k.name if c.kind == "mla" else self.kvd.label,
-                bytes=sum(t.total_bytes for t in tensors), bytes_per_token=self._token_bytes(c) * n if grows else 0,
-                tensors=tensors, description=c.describe(), **geometry(c, self.tp),
-            ))
+                out.append(rule.group(c, layers, ctx, batch, self))
         return out
 
-    def limiting_stage(self, ctx: int) -> int:
-        per = [self.stage_bytes(ctx, 1, s) for s in range(len(self.caches))]
-        return per.index(max(per))
-
-    def plan(self, ctx: int, batch: int, stage: int | None = None) -> CachePlan:
-        stage = self.limiting_stage(ctx) if stage is None else stage
-        groups = self._groups(ctx, batch, stage)
-        all_gpus = sum(self.stage_bytes(ctx, batch, s) for s in range(len(self.caches))) * self.tp
-        cell = sum(self._token_bytes(c) for _, c in self.caches[stage] if c.kind in ("full", "sliding", "chunked", "mla", "cross"))
-        return CachePlan(self.selected.label, Request(ctx, batch, self.tp, self.pp), tuple(groups), all_gpus,
-                         self.assumptions, stage, {"page_size": self.page, "cell_size": cell})
+    def details(self, ctx: int, batch: int, stage: int) -> dict[str, Any]:
+        return {"page_size": self.page, "cell_size": self.cell_size(stage)}
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
-            **_: Any) -> Prepared:
+            gpu: base.GpuContext | None = None) -> Prepared:
+    layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     base.check_tp_heads(spec, tp)
     page = int(opts.get("page_size") or 1)
-    hybrid_swa = spec.family in HYBRID_SWA_FAMILIES
+    hybrid_swa = spec.architecture in HYBRID_SWA_ARCHITECTURES
     notes = [f"page size {page} token(s){' (SGLang default)' if not opts.get('page_size') else ''}; each pool "
              "allocates one extra page of padding rows"]
     if selected.note:
         notes.append(selected.note)
-    if any(c.kind in ("sliding", "chunked") for _, c in spec.caches):
+    kinds = {type(c) for _, c in spec.caches}
+    if kinds & {SlidingWindow, ChunkedLocal}:
         notes.append("sliding/chunked layers hold min(ctx, window) tokens (SGLang hybrid-SWA pool)" if hybrid_swa
                      else "SGLang gives this model's sliding-window layers full-length cache (not a hybrid-SWA model)")
     model_dt = base.serving_dtype(spec)
     state = (kvd.state or model_dt, kvd.state or dtypes.KV_DTYPES["fp32"])
-    if any(c.kind in ("mamba_state", "linear_state") for _, c in spec.caches):
+    if any(issubclass(k, RecurrentState) for k in kinds):
         notes.append(f"Mamba state per request: conv kernel-1 in {state[0].name}, SSM in {state[1].name}")
     cap = opts.get("max_total_tokens")
-    return Prepared(selected, spec, tuple(base.stage_caches(spec, pp)), kvd, page, tp, pp, hybrid_swa, state, tuple(notes),
+    return Prepared(selected, spec, layout.stages(spec, pp), kvd, page, tp, pp, hybrid_swa, state, tuple(notes),
                     int(cap) if cap else None)
 
 
@@ -179,7 +247,7 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
     rest = post - pre x (1 - mem_fraction_static), i.e. KV = mem_fraction_static x pre - weights."""
     from kvplan.engines import overhead
 
-    mla = any(c.kind == "mla" for _, c in spec.caches)
+    mla = any(isinstance(c, LatentAttention) for _, c in spec.caches)
     nvml_mib = (gpu.nvml_total or gpu.cuda_total) >> 20
     f = opts.get("mem_fraction_static")
     f = float(f) if f else default_mem_fraction(nvml_mib, prepared.tp, prepared.pp, prepared.selected.rules, mla)
@@ -194,8 +262,8 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
 def _token_pool(prepared: Prepared, budgets: list[int]) -> int:
     """max_total_num_tokens: int(rest) // cell, min over stages, --max-total-tokens cap, floored to the page."""
     counts = []
-    for s, caches in enumerate(prepared.caches):
-        cell = sum(prepared._token_bytes(c) for _, c in caches if c.kind in ("full", "sliding", "chunked", "mla", "cross"))
+    for s in range(len(prepared.stages)):
+        cell = prepared.cell_size(s)
         if cell:
             counts.append(max(0, budgets[s]) // cell)
     n = min(counts) if counts else 0
@@ -207,7 +275,7 @@ def _token_pool(prepared: Prepared, budgets: list[int]) -> int:
 def max_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
     if prepared.hybrid_swa:
         return _hybrid_swa_batch(prepared, ctx, _token_pool(prepared, budgets))
-    if any(c.kind in ("cross", "mamba_state", "linear_state") for st in prepared.caches for _, c in st):
+    if prepared.has_fixed_state():
         # fixed-size per-request state (Mamba slots, cross K/V): charge whole requests against the budget
         return base.max_batch_by_bytes(prepared.stage_bytes, budgets, ctx)
     per = base.pad_to(ctx, prepared.page)
@@ -220,13 +288,13 @@ SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio default
 def _hybrid_swa_batch(prepared: Prepared, ctx: int, cap: int) -> int:
     """_resolve_hybrid_swa_tokens: the pool of cap tokens (cell = F x n_full + S x n_swa) split into a full pool
     and an SWA pool of ratio r; a request needs ctx full tokens and min(ctx, window) SWA tokens."""
-    caches = prepared.caches[0]
-    full = sum(prepared._token_bytes(c) for _, c in caches if c.kind in ("full", "mla"))
-    swa = sum(prepared._token_bytes(c) for _, c in caches if c.kind in ("sliding", "chunked"))
+    caches = prepared.stages[0]
+    full = sum(prepared._token_bytes(c) for _, c in caches if _pooled(c) and _rule(c).pool == "full")
+    swa = sum(prepared._token_bytes(c) for _, c in caches if _pooled(c) and _rule(c).pool == "swa")
     r = SWA_FULL_TOKENS_RATIO
     full_tokens = int(cap * (full + swa) / (full + r * swa)) // prepared.page * prepared.page if full + swa else 0
     swa_tokens = int(full_tokens * r) // prepared.page * prepared.page
-    windows = [getattr(c, "window", 0) or c.chunk for _, c in caches if c.kind in ("sliding", "chunked")]
+    windows = [c.span for _, c in caches if _pooled(c) and _rule(c).pool == "swa"]
     need_full = base.pad_to(ctx, prepared.page)
     need_swa = base.pad_to(min(ctx, max(windows)), prepared.page) if windows else 0
     b = full_tokens // need_full
@@ -234,8 +302,8 @@ def _hybrid_swa_batch(prepared: Prepared, ctx: int, cap: int) -> int:
 
 
 def fits(prepared: Prepared, ctx: int, batch: int, budgets: list[int]) -> bool:
-    if not prepared.hybrid_swa and any(c.kind in ("cross", "mamba_state", "linear_state") for st in prepared.caches for _, c in st):
-        return all(prepared.stage_bytes(ctx, batch, s) <= budgets[s] for s in range(len(prepared.caches)))
+    if not prepared.hybrid_swa and prepared.has_fixed_state():
+        return all(prepared.stage_bytes(ctx, batch, s) <= budgets[s] for s in range(len(prepared.stages)))
     return batch <= max_batch(prepared, ctx, budgets)
 
 

@@ -9,10 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvplan import dtypes
-from kvplan.engines import base
-from kvplan.engines.base import CachePlan, Knob, KVDtypes, PlanGroup, Request, cdiv, tensor
+from kvplan.engines import base, layout
+from kvplan.engines.base import EngineInfo, Knob, KVDtypes, PlanGroup, cdiv, knob_table, tensor
 from kvplan.engines.versions import Selected, select
-from kvplan.spec import LayerCache, ModelSpec
+from kvplan.parallel import heads_ceil
+from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, LatentAttention, LayerCache, LinearAttentionState,
+                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow)
 
 
 @dataclass(frozen=True)
@@ -23,26 +25,126 @@ class Rules:
 
 VERSIONS = [("0.10", Rules(64, True)), ("1.0", Rules(32, True))]
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3")  # cache dtypes this engine can store
-KNOBS = {
-    "tokens_per_block": Knob("tokens_per_block", int, "tokens per KV block (LLM API default 32; trtllm-build 64)"),
-    "free_gpu_memory_fraction": Knob("free_gpu_memory_fraction", float, "fraction of free memory for the KV cache"),
-    "max_tokens": Knob("max_tokens", int, "KvCacheConfig.max_tokens cap"),
-    "max_batch_size": Knob("max_batch_size", int, "running-request limit"),
-}
+KNOBS = knob_table(
+    Knob("tokens_per_block", "count", "tokens per KV block (LLM API default 32; trtllm-build 64)"),
+    Knob("free_gpu_memory_fraction", "fraction", "fraction of free memory for the KV cache (0.9)", layout=False),
+    Knob("max_tokens", "tokens", "KvCacheConfig.max_tokens cap", layout=False),
+    Knob("max_batch_size", "count", "running-request limit", layout=False),
+)
+ENGINE = EngineInfo(
+    name="trtllm", aliases=("tensorrt-llm", "tensorrt_llm", "trt-llm"), summary="TensorRT-LLM block pools",
+    versions=VERSIONS, kv_dtypes=KV_DTYPES, knobs=KNOBS, default_kv_dtype=base.serving_dtype,
+    honours_checkpoint_kv=True, uses_vllm_max_ctx=True, weight_float_dtype=base.serving_dtype,
+    heads_per_gpu=heads_ceil,
+)
 
 
 def select_version(requested: str | None) -> Selected[Rules]:
-    return select("trtllm", requested, VERSIONS)
+    return select(ENGINE.name, requested, VERSIONS)
 
 
-def heads_per_gpu(h: int, tp: int) -> int:
-    return -(-h // tp)
+heads_per_gpu = heads_ceil
+
+
+# ---------------------------------------------------------------------------------------------- kind rules
+@dataclass(frozen=True)
+class BlockPool:
+    """A primary pool [blocks, layers, kv_factor, heads x tokens_per_block x dim] per (window, head count); a
+    request needs cdiv(tokens, tokens_per_block) blocks. windowed: min(ctx, window) tokens (a pool per window);
+    fixed: cross attention holds the encoder's length and stays out of max_tokens' bytes per token."""
+
+    windowed: bool = False
+    fixed: bool = False
+
+    def tokens(self, c: FullAttention, ctx: int) -> int:
+        if self.fixed:
+            return c.span
+        return min(ctx, c.span) if self.windowed else ctx
+
+    def token_bytes(self, c: FullAttention, p: "Prepared") -> int:
+        """get_cache_size_per_token for one layer: kv_factor x heads x head dim x element size."""
+        k, v = c.token_elems(heads_ceil(c.kv_heads, p.tp))
+        return p.kvd.k.nbytes(k) + p.kvd.v.nbytes(v)
+
+    @property
+    def per_request_bytes(self) -> bool:
+        """fit charges whole requests' bytes (window pools, fixed-size caches) instead of counting blocks."""
+        return self.windowed or self.fixed
+
+    @property
+    def in_max_tokens(self) -> bool:
+        return not self.fixed
+
+    def dtype_label(self, kvd: KVDtypes) -> str:
+        return kvd.label
+
+    def group(self, c: LayerCache, layers: list[int], ctx: int, batch: int, p: "Prepared") -> PlanGroup:
+        n = len(layers)
+        blocks = cdiv(self.tokens(c, ctx), p.tpb) * batch
+        per_block = self.token_bytes(c, p) * p.tpb
+        t = tensor(f"pool [blocks, {n} layers, kv_factor, heads x {p.tpb} tokens x dim]", (blocks * n * per_block,), "uint8")
+        grows = self.tokens(c, ctx + 1) > self.tokens(c, ctx)
+        return PlanGroup(
+            kind=c.kind, layer_ids=tuple(layers), tokens=cdiv(self.tokens(c, ctx), p.tpb) * p.tpb,
+            dtype=self.dtype_label(p.kvd), bytes=t.total_bytes, bytes_per_token=self.token_bytes(c, p) * n if grows else 0,
+            tensors=(t,), description=c.describe(), **layout.geometry(c, p.tp, ENGINE.heads_per_gpu),
+        )
 
 
 @dataclass(frozen=True)
-class Prepared:
+class LatentBlockPool(BlockPool):
+    """MLA: kv_factor 1, one 'head' of kv_lora_rank + rope in the K dtype."""
+
+    def tokens(self, c: LatentAttention, ctx: int) -> int:
+        return ctx
+
+    def token_bytes(self, c: LatentAttention, p: "Prepared") -> int:
+        return p.kvd.k.nbytes(c.latent_dim)
+
+    def dtype_label(self, kvd: KVDtypes) -> str:
+        return kvd.k.name
+
+
+@dataclass(frozen=True)
+class StateBuffers:
+    """Mamba conv (kernel - 1, conv_dim / tp) and SSM states per request, in the state dtype."""
+
+    per_request_bytes = True
+    in_max_tokens = False
+
+    def token_bytes(self, c: RecurrentState, p: "Prepared") -> int:
+        return 0
+
+    def group(self, c: RecurrentState, layers: list[int], ctx: int, batch: int, p: "Prepared") -> PlanGroup:
+        n = len(layers)
+        tensors = (tensor("conv_state", (batch, *c.conv_shape(p.tp)), p.state, n),
+                   tensor("ssm_state", (batch, *c.ssm_shape_for(p.tp)), p.state, n))
+        return PlanGroup(c.kind, tuple(layers), None, None, None, None, 0, p.state.name,
+                         sum(t.total_bytes for t in tensors), 0, tensors, c.describe())
+
+
+KIND_RULES: dict[type, Any] = {
+    FullAttention: BlockPool(),
+    SlidingWindow: BlockPool(windowed=True),
+    ChunkedLocal: BlockPool(windowed=True),
+    CrossAttention: BlockPool(fixed=True),
+    LatentAttention: LatentBlockPool(),
+    MambaState: StateBuffers(),
+    LinearAttentionState: StateBuffers(),
+    SharedKV: layout.NO_CACHE,
+    NoCache: layout.NO_CACHE,
+}
+
+
+def _rule(c: LayerCache):
+    return layout.rule_for(ENGINE.name, KIND_RULES, c)
+
+
+# ---------------------------------------------------------------------------------------------- layout
+@dataclass(frozen=True)
+class Prepared(layout.StagedLayout):
     selected: Selected[Rules]
-    stages: tuple[tuple[tuple[int, LayerCache], ...], ...]
+    stages: tuple[layout.Caches, ...]
     kvd: KVDtypes
     tpb: int
     tp: int
@@ -51,81 +153,43 @@ class Prepared:
     assumptions: tuple[str, ...]
     max_tokens: int | None = None
 
+    @property
+    def label(self) -> str:
+        return self.selected.label
+
     def token_bytes(self, c: LayerCache) -> int:
-        """get_cache_size_per_token for one layer: kv_factor x heads x head dim x element size."""
-        if c.kind == "mla":
-            return self.kvd.k.nbytes(c.latent_dim)
-        h = heads_per_gpu(c.kv_heads, self.tp)
-        return self.kvd.k.nbytes(h * c.head_dim_k) + self.kvd.v.nbytes(h * c.head_dim_v)
+        return _rule(c).token_bytes(c, self)
 
     def bytes_per_token(self, stage: int) -> int:
-        return sum(self.token_bytes(c) for _, c in self.stages[stage] if c.kind in ("full", "sliding", "chunked", "mla"))
+        return sum(self.token_bytes(c) for _, c in self.stages[stage] if getattr(_rule(c), "in_max_tokens", False))
 
-    def _tokens(self, c: LayerCache, ctx: int) -> int:
-        if c.kind in ("sliding", "chunked"):
-            return min(ctx, getattr(c, "window", 0) or c.chunk)
-        if c.kind == "cross":
-            return c.encoder_len
-        return ctx
+    def charges_requests(self) -> bool:
+        return any(getattr(_rule(c), "per_request_bytes", False) for st in self.stages for _, c in st)
 
-    def _groups(self, ctx: int, batch: int, stage: int) -> list[PlanGroup]:
-        from kvplan.engines.vllm import geometry
-
-        merged: dict[LayerCache, list[int]] = {}
-        for i, c in self.stages[stage]:
-            merged.setdefault(c, []).append(i)
+    def groups_of(self, ctx: int, batch: int, stage: int) -> list[PlanGroup]:
         out = []
-        for c, layers in merged.items():
-            n = len(layers)
-            if c.kind in ("none", "shared"):
-                out.append(PlanGroup(c.kind, tuple(layers), None, None, None, None, 0, "-", 0, 0, (), c.describe()))
-                continue
-            if c.kind in ("mamba_state", "linear_state"):
-                conv = (batch, c.conv_kernel - 1, c.conv_dim // self.tp)
-                ssm = (batch, c.ssm_shape[0] // self.tp, *c.ssm_shape[1:])
-                tensors = (tensor("conv_state", conv, self.state, n), tensor("ssm_state", ssm, self.state, n))
-                out.append(PlanGroup(c.kind, tuple(layers), None, None, None, None, 0, self.state.name,
-                                     sum(t.total_bytes for t in tensors), 0, tensors, c.describe()))
-                continue
-            blocks = cdiv(self._tokens(c, ctx), self.tpb) * batch
-            per_block = self.token_bytes(c) * self.tpb
-            t = tensor(f"pool [blocks, {n} layers, kv_factor, heads x {self.tpb} tokens x dim]", (blocks * n * per_block,), "uint8")
-            grows = self._tokens(c, ctx + 1) > self._tokens(c, ctx)
-            out.append(PlanGroup(
-                kind=c.kind, layer_ids=tuple(layers), tokens=cdiv(self._tokens(c, ctx), self.tpb) * self.tpb,
-                dtype=self.kvd.k.name if c.kind == "mla" else self.kvd.label, bytes=t.total_bytes,
-                bytes_per_token=self.token_bytes(c) * n if grows else 0, tensors=(t,), description=c.describe(),
-                **geometry(c, self.tp, split_heads=heads_per_gpu),
-            ))
+        for c, layers, rule in layout.groups(ENGINE.name, KIND_RULES, self.stages[stage]):
+            out.append(layout.no_cache_group(c, layers) if isinstance(rule, layout.NoCacheRule)
+                       else rule.group(c, layers, ctx, batch, self))
         return out
 
-    def stage_bytes(self, ctx: int, batch: int, stage: int) -> int:
-        return sum(g.bytes for g in self._groups(ctx, batch, stage))
-
-    def limiting_stage(self, ctx: int) -> int:
-        per = [self.stage_bytes(ctx, 1, s) for s in range(len(self.stages))]
-        return per.index(max(per))
-
-    def plan(self, ctx: int, batch: int, stage: int | None = None) -> CachePlan:
-        stage = self.limiting_stage(ctx) if stage is None else stage
-        groups = self._groups(ctx, batch, stage)
-        all_gpus = sum(self.stage_bytes(ctx, batch, s) for s in range(len(self.stages))) * self.tp
-        return CachePlan(self.selected.label, Request(ctx, batch, self.tp, self.pp), tuple(groups), all_gpus,
-                         self.assumptions, stage, {"tokens_per_block": self.tpb, "bytes_per_token": self.bytes_per_token(stage)})
+    def details(self, ctx: int, batch: int, stage: int) -> dict[str, Any]:
+        return {"tokens_per_block": self.tpb, "bytes_per_token": self.bytes_per_token(stage)}
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
-            **_: Any) -> Prepared:
+            gpu: base.GpuContext | None = None) -> Prepared:
+    layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     tpb = int(opts.get("tokens_per_block") or selected.rules.tokens_per_block)
     notes = [f"{tpb} tokens per block" + ("" if opts.get("tokens_per_block") else f" (TensorRT-LLM {selected.version} default)"),
              "KV heads per GPU = ceil(heads / tp); MLA kv_factor 1 (latent only)"]
-    if any(c.kind in ("sliding", "chunked") for _, c in spec.caches):
+    if {type(c) for _, c in spec.caches} & {SlidingWindow, ChunkedLocal}:
         notes.append("sliding/chunked layers: a pool per window holding min(ctx, window) tokens per request")
     if selected.note:
         notes.append(selected.note)
     state = kvd.state or base.serving_dtype(spec)
     cap = opts.get("max_tokens")
-    return Prepared(selected, tuple(base.stage_caches(spec, pp)), kvd, tpb, tp, pp, state, tuple(notes), int(cap) if cap else None)
+    return Prepared(selected, layout.stages(spec, pp), kvd, tpb, tp, pp, state, tuple(notes), int(cap) if cap else None)
 
 
 # ---------------------------------------------------------------------------------------------- budget, capacity
@@ -167,7 +231,7 @@ def max_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
     tokens = _max_tokens(prepared, budgets)
     blocks = tokens // prepared.tpb
     per = cdiv(ctx, prepared.tpb)
-    if any(c.kind in ("sliding", "chunked", "cross", "mamba_state", "linear_state") for st in prepared.stages for _, c in st):
+    if prepared.charges_requests():
         # window pools / state: charge a request's bytes against the budget
         return min(max(0, budgets[s]) // max(1, prepared.stage_bytes(ctx, 1, s)) for s in range(len(prepared.stages)))
     return blocks // per if per else 0

@@ -1,4 +1,4 @@
-"""Engine names and versions: `name[@version]` -> the rule set that version follows.
+"""Engine versions: a requested version -> the rule set that version follows.
 
 Each engine lists the versions whose rules were read (engines.md); a requested version takes the newest rule
 set at or below it, and an older one than any we read takes the oldest with a stated assumption.
@@ -13,13 +13,6 @@ from typing import Generic, Sequence, TypeVar
 from kvplan.errors import InputError
 
 R = TypeVar("R")
-
-ENGINE_NAMES = ("vllm", "sglang", "llamacpp", "trtllm", "hf")
-NAME_ALIASES = {
-    "llama.cpp": "llamacpp", "llama-cpp": "llamacpp", "llama_cpp": "llamacpp", "tensorrt-llm": "trtllm",
-    "tensorrt_llm": "trtllm", "trt-llm": "trtllm", "transformers": "hf", "huggingface": "hf",
-}
-
 
 @dataclass(frozen=True)
 class Selected(Generic[R]):
@@ -43,14 +36,6 @@ def version_key(text: str) -> tuple[int, ...]:
     if not parts:
         raise ValueError(text)
     return tuple(int(p) for p in parts)
-
-
-def split_engine(text: str) -> tuple[str, str | None]:
-    name, _, version = text.strip().partition("@")
-    name = NAME_ALIASES.get(name.lower(), name.lower())
-    if name not in ENGINE_NAMES:
-        raise InputError(f"unknown engine {text!r}; accepted: {', '.join(ENGINE_NAMES)} (optionally name@version)")
-    return name, (version or None)
 
 
 def select(name: str, requested: str | None, table: Sequence[tuple[str, R]]) -> Selected[R]:

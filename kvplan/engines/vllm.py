@@ -9,15 +9,18 @@ is the null block. Rules that changed between versions are rows of VERSIONS.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from math import prod
+from typing import Any, ClassVar
 
 from kvplan import dtypes
 from kvplan.dtypes import DType
-from kvplan.engines import base, overhead
-from kvplan.engines.base import CachePlan, Knob, KVDtypes, PlanGroup, Request, cdiv, tensor
+from kvplan.engines import base, layout, overhead
+from kvplan.engines.base import CachePlan, EngineInfo, Knob, KVDtypes, PlanGroup, Request, cdiv, knob_table, tensor
 from kvplan.engines.versions import Selected, select, version_key
 from kvplan.errors import InputError
-from kvplan.spec import LayerCache, ModelSpec
+from kvplan.parallel import heads_floor
+from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, LatentAttention, LayerCache, LinearAttentionState,
+                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow)
 
 
 @dataclass(frozen=True)
@@ -45,20 +48,26 @@ VERSIONS: list[tuple[str, Rules]] = [
 ]
 
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2")  # cache dtypes this engine can store
-KNOBS = {
-    "block_size": Knob("block_size", int, "tokens per KV block (vLLM default 16; MLA backends may force 32/64/128)"),
-    "max_num_batched_tokens": Knob("max_num_batched_tokens", int, "chunked-prefill token budget (sliding-window reservation)"),
-    "async_scheduling": Knob("async_scheduling", bool, "async scheduling (0.33 default on): 2 batches in flight"),
-    "disable_hybrid_kv_cache_manager": Knob("disable_hybrid_kv_cache_manager", bool, "size every layer for the full length"),
-    "gpu_memory_utilization": Knob("gpu_memory_utilization", float, "fraction of CUDA total memory vLLM may use"),
-    "max_num_seqs": Knob("max_num_seqs", int, "running-request limit"),
-    "max_model_len": Knob("max_model_len", int, "the engine's max_model_len (start-up check)"),
-}
+KNOBS = knob_table(
+    Knob("block_size", "count", "tokens per KV block (vLLM default 16; MLA backends may force 32/64/128)"),
+    Knob("max_num_batched_tokens", "tokens", "chunked-prefill token budget (sliding-window reservation)"),
+    Knob("async_scheduling", "bool", "async scheduling (0.33 default on): 2 batches in flight"),
+    Knob("disable_hybrid_kv_cache_manager", "bool", "size every layer for the full length"),
+    Knob("gpu_memory_utilization", "fraction", "fraction of CUDA total memory vLLM may use (0.92 / 0.90 by version)", layout=False),
+    Knob("max_num_seqs", "count", "running-request limit", layout=False),
+    Knob("max_model_len", "tokens", "the engine's max_model_len for its start-up check (default: the model max)", layout=False),
+)
 SIZE_MAX_NUM_BATCHED_TOKENS = 2048  # `size` knows no GPU: the non-large-GPU API-server default
+
+ENGINE = EngineInfo(
+    name="vllm", aliases=(), summary="vLLM V1 paged blocks (default)", versions=VERSIONS, kv_dtypes=KV_DTYPES,
+    knobs=KNOBS, default_kv_dtype=base.serving_dtype, honours_checkpoint_kv=True, uses_vllm_max_ctx=True,
+    weight_float_dtype=base.serving_dtype, heads_per_gpu=heads_floor,
+)
 
 
 def select_version(requested: str | None) -> Selected[Rules]:
-    return select("vllm", requested, VERSIONS)
+    return select(ENGINE.name, requested, VERSIONS)
 
 
 def default_max_num_batched_tokens(total_gib: float | None, gpu_name: str, version: str) -> int:
@@ -73,10 +82,6 @@ def default_max_num_batched_tokens(total_gib: float | None, gpu_name: str, versi
     return 2048
 
 
-def default_max_num_seqs(total_gib: float | None) -> int:
-    return 1024 if total_gib is not None and total_gib >= 70 else 256
-
-
 def gpu_arch(gpu_name: str | None) -> str:
     n = (gpu_name or "").lower()
     if any(k in n for k in ("h100", "h200", "gh200", "h800", "h20")):
@@ -87,81 +92,183 @@ def gpu_arch(gpu_name: str | None) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- specs
+# One class per vLLM KVCacheSpec (vllm/v1/kv_cache_interface.py), each answering for its page and for the tokens a
+# request must be able to hold (max_memory_usage_bytes / page_size_bytes).
 @dataclass(frozen=True)
 class VSpec:
-    """One layer's vLLM KV spec on one GPU. token_bytes: bytes one token adds (attention kinds); state_bytes:
-    the fixed Mamba state (its page)."""
+    """FullAttentionSpec: one layer's page = block_size tokens x token_bytes on one GPU."""
 
-    kind: str
     block_size: int
     token_bytes: int = 0
-    state_bytes: int = 0
-    window: int = 0
-    encoder_len: int = 0
-    page_override: int = 0  # Mamba page padded to the attention page
+
+    is_state: ClassVar[bool] = False
 
     @property
     def page(self) -> int:
-        if self.kind in ("mamba_state", "linear_state"):
-            return self.page_override or self.state_bytes
         return self.block_size * self.token_bytes
 
     def reserved_tokens(self, max_len: int, inflight: int) -> int:
         """Tokens a request of max_len must be able to hold (before block rounding)."""
-        if self.kind == "sliding":
-            return min(self.window - 1 + inflight, max_len)
-        if self.kind == "chunked":
-            return min(self.window + inflight, max_len)
-        if self.kind == "cross":
-            return self.encoder_len
         return max_len
 
     def blocks(self, max_len: int, inflight: int) -> int:
-        """cdiv(max_memory_usage_bytes, page): SlidingWindowSpec adds one block for the window's edge."""
-        if self.kind in ("mamba_state", "linear_state"):
-            return 1
-        n = cdiv(self.reserved_tokens(max_len, inflight), self.block_size)
-        return n + 1 if self.kind == "sliding" else n
+        return cdiv(self.reserved_tokens(max_len, inflight), self.block_size)
+
+    def held_tokens(self, max_len: int, inflight: int) -> int:
+        """Tokens the request's blocks hold (what the plan reports per sequence)."""
+        return self.blocks(max_len, inflight) * self.block_size
 
     def grows(self, ctx: int, inflight: int) -> bool:
-        if self.kind in ("full", "mla"):
-            return True
-        if self.kind in ("sliding", "chunked"):
-            return self.reserved_tokens(ctx + 1, inflight) > self.reserved_tokens(ctx, inflight)
+        return self.reserved_tokens(ctx + 1, inflight) > self.reserved_tokens(ctx, inflight)
+
+    def dtype_label(self, kvd: KVDtypes) -> str:
+        return kvd.label
+
+
+@dataclass(frozen=True)
+class FullSpec(VSpec):
+    """FullAttentionSpec."""
+
+
+@dataclass(frozen=True)
+class MLASpec(VSpec):
+    """MLAAttentionSpec: one latent vector per token (no separate V), in the K dtype."""
+
+    def dtype_label(self, kvd: KVDtypes) -> str:
+        return kvd.k.name
+
+
+@dataclass(frozen=True)
+class SlidingSpec(VSpec):
+    """SlidingWindowSpec: window - 1 tokens plus the tokens in flight, and one block more for the window's edge
+    ("[XXCD] [EF]": a window can straddle a block boundary)."""
+
+    window: int = 0
+
+    def reserved_tokens(self, max_len: int, inflight: int) -> int:
+        return min(self.window - 1 + inflight, max_len)
+
+    def blocks(self, max_len: int, inflight: int) -> int:
+        return super().blocks(max_len, inflight) + 1
+
+    def held_tokens(self, max_len: int, inflight: int) -> int:
+        return (self.blocks(max_len, inflight) - 1) * self.block_size
+
+
+@dataclass(frozen=True)
+class ChunkedSpec(VSpec):
+    """ChunkedLocalAttentionSpec: the chunk plus the tokens in flight."""
+
+    window: int = 0
+
+    def reserved_tokens(self, max_len: int, inflight: int) -> int:
+        return min(self.window + inflight, max_len)
+
+
+@dataclass(frozen=True)
+class CrossSpec(VSpec):
+    """CrossAttentionSpec: the encoder's length, whatever the decoder's."""
+
+    encoder_len: int = 0
+
+    def reserved_tokens(self, max_len: int, inflight: int) -> int:
+        return self.encoder_len
+
+
+@dataclass(frozen=True)
+class MambaSpec(VSpec):
+    """MambaSpec: one page holds a request's whole state (conv window + SSM state), padded to the attention page
+    in hybrids."""
+
+    state_bytes: int = 0
+    page_override: int = 0
+
+    is_state: ClassVar[bool] = True
+
+    @property
+    def page(self) -> int:
+        return self.page_override or self.state_bytes
+
+    def reserved_tokens(self, max_len: int, inflight: int) -> int:
+        return 0
+
+    def blocks(self, max_len: int, inflight: int) -> int:
+        return 1
+
+    def held_tokens(self, max_len: int, inflight: int) -> int:
+        return 0
+
+    def grows(self, ctx: int, inflight: int) -> bool:
         return False
 
+    def dtype_label(self, kvd: KVDtypes) -> str:
+        return "state"
 
-def _state_bytes(c: LayerCache, tp: int, conv: DType, ssm: DType) -> int:
+
+@dataclass(frozen=True)
+class SpecEnv:
+    """What a layer's spec depends on beyond its own geometry."""
+
+    tp: int
+    kvd: KVDtypes
+    block: int
+    mla_block: int
+    disable_hybrid: bool
+    state_dtypes: tuple[DType, DType]
+
+
+def _attention_bytes(c: FullAttention, env: SpecEnv) -> int:
+    k, v = c.token_elems(heads_floor(c.kv_heads, env.tp))
+    return env.kvd.k.nbytes(k) + env.kvd.v.nbytes(v)
+
+
+def _full(c: FullAttention, env: SpecEnv) -> VSpec:
+    return FullSpec(env.block, _attention_bytes(c, env))
+
+
+def _sliding(c: SlidingWindow, env: SpecEnv) -> VSpec:
+    if env.disable_hybrid:
+        return _full(c, env)
+    return SlidingSpec(env.block, _attention_bytes(c, env), c.window)
+
+
+def _chunked(c: ChunkedLocal, env: SpecEnv) -> VSpec:
+    if env.disable_hybrid:
+        return _full(c, env)
+    return ChunkedSpec(env.block, _attention_bytes(c, env), c.chunk)
+
+
+def _cross(c: CrossAttention, env: SpecEnv) -> VSpec:
+    return CrossSpec(env.block, _attention_bytes(c, env), c.encoder_len)
+
+
+def _mla(c: LatentAttention, env: SpecEnv) -> VSpec:
+    return MLASpec(env.mla_block, env.kvd.k.nbytes(c.latent_dim))
+
+
+def _mamba(c: RecurrentState, env: SpecEnv) -> VSpec:
     """MambaStateShapeCalculator: conv (kernel - 1, conv_dim / tp) + temporal state / tp."""
-    kernel_rows = c.conv_kernel - 1
-    if c.kind == "linear_state":
-        conv_elems = kernel_rows * (c.conv_dim // tp)
-        ssm_elems = (c.num_v_heads // tp) * c.key_head_dim * c.value_head_dim
-    else:
-        shape = c.ssm_shape
-        conv_elems = kernel_rows * (c.conv_dim // tp)
-        ssm_elems = (shape[0] // tp)
-        for d in shape[1:]:
-            ssm_elems *= d
-    return conv.nbytes(conv_elems) + ssm.nbytes(ssm_elems)
+    conv, ssm = env.state_dtypes
+    return MambaSpec(env.block, state_bytes=conv.nbytes(prod(c.conv_shape(env.tp))) + ssm.nbytes(prod(c.ssm_shape_for(env.tp))))
 
 
-def layer_spec(c: LayerCache, tp: int, kvd: KVDtypes, block: int, mla_block: int, disable_hybrid: bool,
-               state_dtypes: tuple[DType, DType]) -> VSpec | None:
-    kind = c.kind
-    if kind in ("none", "shared"):
-        return None  # KV-sharing consumers and MLP-only layers get no spec
-    if kind == "mla":
-        return VSpec("mla", mla_block, kvd.k.nbytes(c.latent_dim))
-    if kind in ("mamba_state", "linear_state"):
-        return VSpec(kind, block, state_bytes=_state_bytes(c, tp, *state_dtypes))
-    heads = base.kv_heads_per_gpu(c.kv_heads, tp)
-    token = kvd.k.nbytes(heads * c.head_dim_k) + kvd.v.nbytes(heads * c.head_dim_v)
-    if kind == "cross":
-        return VSpec("cross", block, token, encoder_len=c.encoder_len)
-    if kind in ("sliding", "chunked") and not disable_hybrid:
-        return VSpec(kind, block, token, window=getattr(c, "window", 0) or getattr(c, "chunk", 0))
-    return VSpec("full", block, token)
+# get_kv_cache_spec per layer kind: KV-sharing consumers and MLP-only layers get no spec
+KIND_RULES: dict[type, Any] = {
+    FullAttention: _full,
+    SlidingWindow: _sliding,
+    ChunkedLocal: _chunked,
+    CrossAttention: _cross,
+    LatentAttention: _mla,
+    MambaState: _mamba,
+    LinearAttentionState: _mamba,
+    SharedKV: layout.NO_CACHE,
+    NoCache: layout.NO_CACHE,
+}
+
+
+def layer_spec(c: LayerCache, env: SpecEnv) -> VSpec | None:
+    rule = layout.rule_for(ENGINE.name, KIND_RULES, c)
+    return None if isinstance(rule, layout.NoCacheRule) else rule(c, env)
 
 
 # ---------------------------------------------------------------------------------------------- grouping
@@ -193,8 +300,8 @@ class StageLayout:
 
 def _align_hybrid(specs: list[tuple[int, VSpec]], block: int, alignment: int) -> tuple[list[tuple[int, VSpec]], int, list[str]]:
     """Attention + Mamba: raise the attention block so one page holds a Mamba state, pad Mamba pages to it."""
-    attn = [s for _, s in specs if s.kind not in ("mamba_state", "linear_state")]
-    state = [s for _, s in specs if s.kind in ("mamba_state", "linear_state")]
+    attn = [s for _, s in specs if not s.is_state]
+    state = [s for _, s in specs if s.is_state]
     if not attn or not state:
         return specs, block, []
     per_token = max(s.token_bytes for s in attn)
@@ -208,7 +315,7 @@ def _align_hybrid(specs: list[tuple[int, VSpec]], block: int, alignment: int) ->
     ] if new_block != block or padded != mamba_page else []
     out = []
     for i, s in specs:
-        if s.kind in ("mamba_state", "linear_state"):
+        if s.is_state:
             out.append((i, replace(s, block_size=new_block, page_override=padded)))
         else:
             out.append((i, replace(s, block_size=new_block)))
@@ -221,7 +328,7 @@ def _unify_pages(specs: list[tuple[int, VSpec]]) -> list[tuple[int, VSpec]]:
     out = []
     for i, s in specs:
         if s.page != max_page:
-            if s.kind in ("mamba_state", "linear_state"):
+            if s.is_state:
                 s = replace(s, page_override=max_page)
             elif max_page % s.page:
                 raise InputError("vLLM cannot unify this model's KV page sizes (they do not divide); it would refuse to start")
@@ -234,30 +341,30 @@ def _unify_pages(specs: list[tuple[int, VSpec]]) -> list[tuple[int, VSpec]]:
 def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, Any], state_dtypes, arch: str) -> StageLayout:
     user_block = opts.get("block_size")
     block = int(user_block or 16)
-    mla_block = int(user_block or dict(rules.mla_block).get(arch, 16))
     disable = bool(opts.get("disable_hybrid_kv_cache_manager"))
     notes: list[str] = []
-    if not disable and any(c.kind == "chunked" for _, c in caches) and opts.get("disable_hybrid_kv_cache_manager") is None:
+    if not disable and any(isinstance(c, ChunkedLocal) for _, c in caches) and opts.get("disable_hybrid_kv_cache_manager") is None:
         disable = True  # VllmConfig.__post_init__: chunked local attention turns the hybrid manager off
         notes.append("chunked local attention: vLLM disables the hybrid KV cache manager, every layer sized for the full length")
+    env = SpecEnv(tp, kvd, block, int(user_block or dict(rules.mla_block).get(arch, 16)), disable, state_dtypes)
     specs = []  # keyed by the entry's position in `caches` (a decoder layer may hold self + cross caches)
     for e, (_, c) in enumerate(caches):
-        s = layer_spec(c, tp, kvd, block, mla_block, disable, state_dtypes)
+        s = layer_spec(c, env)
         if s is not None:
             specs.append((e, s))
     if not specs:
         return StageLayout((), 0, False, (), block, tuple(caches), (), tuple(notes))
-    has_mla = any(s.kind == "mla" for _, s in specs)
+    has_mla = any(isinstance(s, MLASpec) for _, s in specs)
     specs, block, align_notes = _align_hybrid(specs, block, rules.hybrid_mla_alignment if has_mla else 16)
     notes += align_notes
     distinct = {s for _, s in specs}
-    kinds = {(s.kind, s.block_size) for s in distinct}
+    kinds = {(type(s), s.block_size) for s in distinct}
     if len(distinct) == 1:
         s = next(iter(distinct))
         layers = tuple(e for e, _ in specs)
         groups = (VGroup(s, layers, len(layers)),)
         return StageLayout(groups, len(layers) * s.page, False, (), s.block_size, tuple(caches), tuple(specs), tuple(notes))
-    if len(kinds) == 1 and next(iter(kinds))[0] in ("full", "mla"):
+    if len(kinds) == 1 and next(iter(kinds))[0] in (FullSpec, MLASpec):
         # UniformTypeKVCacheSpecs: same type, different page sizes (per-layer heads, MLA + indexer)
         s0 = specs[0][1]
         layers = tuple(i for i, _ in specs)
@@ -269,6 +376,8 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
     for i, s in specs:
         buckets.setdefault(s, []).append(i)
     sizes = [len(v) for v in buckets.values()]
+    # get_kv_cache_groups: layers of each type go into groups of group_size; the larger type's count is used
+    # when the counts are within 1.5x of each other, else the smaller (kv_cache_utils.py)
     group_size = max(sizes) if max(sizes) < 1.5 * min(sizes) else min(sizes)
     groups = []
     for s, layers in buckets.items():
@@ -307,8 +416,7 @@ class Prepared:
         return s.blocks_per_request(ctx, self.inflight) * s.bytes_per_block
 
     def limiting_stage(self, ctx: int) -> int:
-        per = [self.request_bytes(ctx, i) for i in range(len(self.stages))]
-        return per.index(max(per))
+        return layout.limiting([self.request_bytes(ctx, i) for i in range(len(self.stages))])
 
     def plan(self, ctx: int, batch: int, stage: int | None = None) -> CachePlan:
         stage = self.limiting_stage(ctx) if stage is None else stage
@@ -357,59 +465,43 @@ def _plan_groups(s: StageLayout, ctx: int, batch: int, inflight: int, kvd: KVDty
     for c, b in order.items():
         spec = spec_of.get(b["entries"][0])
         if spec is None:
-            out.append(PlanGroup(c.kind, tuple(b["layers"]), None, None, None, None, 0, "-", 0, 0, (), c.describe()))
+            out.append(layout.no_cache_group(c, b["layers"]))
             continue
-        if spec.kind in ("mamba_state", "linear_state"):
-            tokens, per_token, dtype = 0, 0, "state"
-        else:
-            held = spec.blocks(ctx, inflight) - (1 if spec.kind == "sliding" else 0)
-            tokens = held * spec.block_size
-            per_token = spec.token_bytes * len(b["layers"]) if spec.grows(ctx, inflight) else 0
-            dtype = kvd.k.name if c.kind == "mla" else kvd.label
+        per_token = spec.token_bytes * len(b["layers"]) if spec.grows(ctx, inflight) else 0
         out.append(PlanGroup(
-            kind=c.kind, layer_ids=tuple(b["layers"]), tokens=tokens, dtype=dtype,
+            kind=c.kind, layer_ids=tuple(b["layers"]), tokens=spec.held_tokens(ctx, inflight), dtype=spec.dtype_label(kvd),
             bytes=sum(t.total_bytes for t in b["tensors"]), bytes_per_token=per_token, tensors=tuple(b["tensors"]),
-            description=c.describe(), **geometry(c, tp),
+            description=c.describe(), **layout.geometry(c, tp, ENGINE.heads_per_gpu),
         ))
     return out
 
 
-def geometry(c: LayerCache, tp: int, split_heads=base.kv_heads_per_gpu) -> dict[str, Any]:
-    """JSON geometry of a layer cache on one GPU (MLA: one latent 'head', never split by TP)."""
-    if c.kind == "mla":
-        return {"kv_heads": 1, "head_dim_k": c.latent_dim, "head_dim_v": 0, "window": None}
-    if c.kind in ("mamba_state", "linear_state", "none", "shared"):
-        return {"kv_heads": None, "head_dim_k": None, "head_dim_v": None, "window": None}
-    window = getattr(c, "window", None) or getattr(c, "chunk", None)
-    if c.kind == "cross":
-        window = None
-    return {"kv_heads": split_heads(c.kv_heads, tp), "head_dim_k": c.head_dim_k, "head_dim_v": c.head_dim_v,
-            "window": window or None}
-
-
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
-            *, gpu_name: str | None = None, gpu_total_gib: float | None = None) -> Prepared:
+            gpu: base.GpuContext | None = None) -> Prepared:
     rules = selected.rules
+    layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     base.check_tp_heads(spec, tp)
+    gpu_name = gpu.name if gpu is not None else None
     assumptions = []
     if selected.note:
         assumptions.append(selected.note)
     mbt = opts.get("max_num_batched_tokens")
     if mbt is None:
-        mbt = default_max_num_batched_tokens(gpu_total_gib, gpu_name or "", selected.version)
-        where = "size knows no GPU" if gpu_total_gib is None else "vllm serve default for this GPU"
+        mbt = default_max_num_batched_tokens(gpu.gib if gpu is not None else None, gpu_name or "", selected.version)
+        where = "size knows no GPU" if gpu is None else "vllm serve default for this GPU"
         assumptions.append(f"max_num_batched_tokens {mbt} ({where}; --max-num-batched-tokens changes it)")
     async_on = opts.get("async_scheduling")
     if async_on is None:
         async_on = rules.async_scheduling and pp == 1
     inflight = int(mbt) * (2 if async_on else (pp if pp > 1 else 1))
-    if any(c.kind in ("sliding", "chunked") for _, c in spec.caches):
+    kinds = {type(c) for _, c in spec.caches}
+    if kinds & {SlidingWindow, ChunkedLocal}:
         assumptions.append(
             f"sliding/chunked layers reserve window + {inflight:,} in-flight tokens per request "
             f"({'async scheduling: 2 x ' if async_on else ''}max_num_batched_tokens)"
         )
     arch = gpu_arch(gpu_name) if gpu_name else "hopper"
-    if any(c.kind == "mla" for _, c in spec.caches) and not opts.get("block_size"):
+    if LatentAttention in kinds and not opts.get("block_size"):
         block = dict(rules.mla_block).get(arch, 16)
         assumptions.append(f"MLA block size {block} (the attention backend vLLM {selected.version} picks on "
                            f"{arch if gpu_name else 'Hopper (size assumes a Hopper GPU)'})")
@@ -417,10 +509,10 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         assumptions.append("block size 16 tokens (vLLM default)")
     model_dt = dtypes.KV_DTYPES[spec.dtype] if spec.dtype in ("fp16", "bf16", "fp32") else base.serving_dtype(spec)
     state = kvd.state or (model_dt if model_dt.name != "fp32" else base.serving_dtype(spec))
-    if any(c.kind in ("mamba_state", "linear_state") for _, c in spec.caches):
+    if any(issubclass(k, RecurrentState) for k in kinds):
         assumptions.append(f"Mamba/linear-attention state: conv window kernel-1, conv and SSM state in {state.name} "
                            "(--state-dtype overrides)")
-    stages = tuple(build_stage(cs, tp, kvd, rules, opts, (state, state), arch) for cs in base.stage_caches(spec, pp))
+    stages = tuple(build_stage(cs, tp, kvd, rules, opts, (state, state), arch) for cs in layout.stages(spec, pp))
     assumptions.append("the null block (block 0) is excluded from usable blocks")
     return Prepared(selected, stages, kvd, inflight, int(mbt), bool(async_on), tuple(assumptions), tp, pp)
 

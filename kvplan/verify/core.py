@@ -136,7 +136,7 @@ class VerifyResult:
 
 def _with_model_engine(eo: Any) -> Any:
     """--with-model measures transformers' own cache: the hf layout of the installed transformers version."""
-    from kvplan.engines.versions import split_engine
+    from kvplan.engines import split_engine
     from kvplan.verify.model_check import require_transformers
 
     transformers = require_transformers()
@@ -166,7 +166,7 @@ def run(mo: Any, eo: Any, ctx: int | None, batch: int = 1, opts: VerifyOptions =
     if opts.fit:
         s = sizing.setup(mo, eo)
         mode = "batch" if ctx is not None else "ctx"
-        pred = fitcheck._predicted_fit(s, mo, eo, ctx, batch, memory_limit=opts.memory_limit,
+        pred = fitcheck.predicted_fit(s, mo, eo, ctx, batch, memory_limit=opts.memory_limit,
                                        device_name=backend.info.name, device_total=backend.info.total_bytes)
         prepared = pred.prepared or s.prepared
         run_ctx = ctx if ctx is not None else 1

