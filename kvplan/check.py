@@ -27,7 +27,7 @@ from typing import Any, Callable
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from kvplan import JSON_SCHEMA, engines
+from kvplan import JSON_SCHEMA, dtypes, engines
 from kvplan.errors import CheckFailed, InputError, KvplanError
 from kvplan.units import fmt_bytes, fmt_int, parse_bytes, parse_count, parse_fraction, parse_headroom, parse_tokens
 
@@ -77,6 +77,7 @@ _EXPECTED = {
     "size": "a size such as 24GB or 512MiB",
     "reserve": "a size such as 1.5GiB, or 0",
     "bool": "true or false",
+    "dtype": "auto or a dtype name such as fp32 or bf16",
 }
 _STRING_WHAT = {
     "name": "a deployment name",
@@ -407,6 +408,10 @@ def convert(node: Node, key: str, kind: str) -> Any:
             raise _Bad(f"{key}: no value; expected {_STRING_WHAT.get(key, expected)}")
         raise _Bad(f"{key}: {text} is read by YAML as {_read_as(node)}, not a string; "
                    f"quote it if you mean the text: {key}: \"{text}\"")
+    if kind == "dtype":
+        if k != "str" or not text.strip():
+            raise _Bad(f"{key}: expected {expected}, got {text!r}")
+        return _user_error(lambda: "auto" if text.strip().lower() == "auto" else dtypes.kv_dtype(text).name)
     if kind == "bool":
         if k == "bool" and text.lower() in ("true", "false"):
             return text.lower() == "true"

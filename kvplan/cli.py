@@ -55,7 +55,7 @@ Timeout = Annotated[Optional[float], typer.Option("--timeout", help="seconds to 
 _KNOBS_PANEL = "Engine knobs (each applies to the engine named first in its help)"
 
 
-_KIND_METAVAR = {"count": "N", "tokens": "TOKENS", "fraction": "FRACTION", "bool": None}
+_KIND_METAVAR = {"count": "N", "tokens": "TOKENS", "fraction": "FRACTION", "bool": None, "dtype": "DTYPE"}
 
 
 def _knob(flags: str, help: str):
@@ -68,6 +68,8 @@ BlockSize = Annotated[Optional[str], _knob("--block-size", "vllm: tokens per KV 
 MaxBatchedTokens = Annotated[Optional[str], _knob("--max-num-batched-tokens", "vllm: chunked-prefill budget (sliding-window reservation)")]
 AsyncSched = Annotated[Optional[bool], _knob("--async-scheduling/--no-async-scheduling", "vllm: async scheduling (0.33 default on)")]
 DisableHybrid = Annotated[Optional[bool], _knob("--disable-hybrid-kv-cache-manager", "vllm: size every layer for the full length")]
+PrefixCaching = Annotated[Optional[bool], _knob("--enable-prefix-caching/--no-enable-prefix-caching", "vllm: prefix caching (default on; hybrids keep 2-3 state pages per request)")]
+MambaSsmDtype = Annotated[Optional[str], _knob("--mamba-ssm-cache-dtype", "vllm: SSM/recurrent state dtype: auto (the conv state's; NemotronH fp32), fp32, bf16, fp16")]
 PageSize = Annotated[Optional[str], _knob("--page-size", "sglang: tokens per page")]
 Ubatch = Annotated[Optional[str], _knob("--ubatch", "llamacpp: physical batch -ub (default 512)")]
 KvUnified = Annotated[Optional[bool], _knob("--kv-unified/--no-kv-unified", "llamacpp: one cell stream for all slots")]
@@ -109,11 +111,13 @@ def _engine_options(*, engine, kv_dtype, k_dtype, v_dtype, state_dtype, weight_d
                          parse_count(tp, "--tp"), parse_count(pp, "--pp"), knobs)
 
 
-def _layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager, page_size,
-                  ubatch, kv_unified, swa_full, flash_attn, tokens_per_block) -> dict[str, Any]:
+def _layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager,
+                  enable_prefix_caching, mamba_ssm_cache_dtype, page_size, ubatch, kv_unified, swa_full, flash_attn,
+                  tokens_per_block) -> dict[str, Any]:
     """The engine knobs that change the cache layout (size, fit and verify share them); None = engine default."""
     return _parse_knobs(block_size=block_size, max_num_batched_tokens=max_num_batched_tokens,
                         async_scheduling=async_scheduling, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
+                        enable_prefix_caching=enable_prefix_caching, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
                         page_size=page_size, ubatch=ubatch, kv_unified=kv_unified, swa_full=swa_full,
                         flash_attn=flash_attn, tokens_per_block=tokens_per_block)
 
@@ -132,7 +136,8 @@ def size(
     state_dtype: StateDtype = None, weight_dtype: WeightDtype = None, tp: Tp = "1", pp: Pp = "1",
     encoder_len: EncoderLen = None, mmproj: Mmproj = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None, async_scheduling: AsyncSched = None,
-    disable_hybrid_kv_cache_manager: DisableHybrid = None, page_size: PageSize = None, ubatch: Ubatch = None,
+    disable_hybrid_kv_cache_manager: DisableHybrid = None, enable_prefix_caching: PrefixCaching = None,
+    mamba_ssm_cache_dtype: MambaSsmDtype = None, page_size: PageSize = None, ubatch: Ubatch = None,
     kv_unified: KvUnified = None, swa_full: SwaFull = None, flash_attn: FlashAttn = None,
     tokens_per_block: TokensPerBlock = None,
     json_out: Json = False, revision: Revision = None, offline: Offline = False, refresh: Refresh = False,
@@ -141,7 +146,7 @@ def size(
     from kvplan import sizing
 
     knobs = _layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager,
-                          page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block)
+                          enable_prefix_caching, mamba_ssm_cache_dtype, page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block)
     mo = _options(model, revision=revision, offline=offline, refresh=refresh, hub=hub, token=token, timeout=timeout,
                   encoder_len=encoder_len, mmproj=mmproj)
     eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=k_dtype, v_dtype=v_dtype, state_dtype=state_dtype,
@@ -176,7 +181,8 @@ def fit(
     free_gpu_memory_fraction: FreeGpuMemFraction = None, max_tokens: MaxTokens = None,
     max_batch_size: MaxBatchSize = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None, async_scheduling: AsyncSched = None,
-    disable_hybrid_kv_cache_manager: DisableHybrid = None, page_size: PageSize = None, ubatch: Ubatch = None,
+    disable_hybrid_kv_cache_manager: DisableHybrid = None, enable_prefix_caching: PrefixCaching = None,
+    mamba_ssm_cache_dtype: MambaSsmDtype = None, page_size: PageSize = None, ubatch: Ubatch = None,
     kv_unified: KvUnified = None, swa_full: SwaFull = None, flash_attn: FlashAttn = None,
     tokens_per_block: TokensPerBlock = None,
     json_out: Json = False, revision: Revision = None, offline: Offline = False, refresh: Refresh = False,
@@ -188,7 +194,7 @@ def fit(
     selection = gpu_catalog.resolve_gpu(gpu)
     knobs = dict(
         **_layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager,
-                        page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block),
+                        enable_prefix_caching, mamba_ssm_cache_dtype, page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block),
         **_parse_knobs(gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                        max_model_len=max_model_len, mem_fraction_static=mem_fraction_static,
                        max_total_tokens=max_total_tokens, max_running_requests=max_running_requests,
@@ -356,7 +362,8 @@ def verify(
     state_dtype: StateDtype = None, weight_dtype: WeightDtype = None, tp: Tp = "1", pp: Pp = "1",
     encoder_len: EncoderLen = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None, async_scheduling: AsyncSched = None,
-    disable_hybrid_kv_cache_manager: DisableHybrid = None, page_size: PageSize = None, ubatch: Ubatch = None,
+    disable_hybrid_kv_cache_manager: DisableHybrid = None, enable_prefix_caching: PrefixCaching = None,
+    mamba_ssm_cache_dtype: MambaSsmDtype = None, page_size: PageSize = None, ubatch: Ubatch = None,
     kv_unified: KvUnified = None, swa_full: SwaFull = None, flash_attn: FlashAttn = None,
     tokens_per_block: TokensPerBlock = None,
     json_out: Json = False, revision: Revision = None, offline: Offline = False, refresh: Refresh = False,
@@ -367,7 +374,7 @@ def verify(
     from kvplan.verify import core
 
     knobs = _layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager,
-                          page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block)
+                          enable_prefix_caching, mamba_ssm_cache_dtype, page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block)
     mo = _options(model, revision=revision, offline=offline, refresh=refresh, hub=hub, token=token, timeout=timeout,
                   encoder_len=encoder_len)
     eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=k_dtype, v_dtype=v_dtype, state_dtype=state_dtype,

@@ -678,12 +678,6 @@ KVPLAN_DTYPE = {"f16": "fp16", "f32": "fp32", "bf16": "bf16", "q8_0": "q8_0", "q
 V_PAD = ("llama.cpp pads every layer's V row to the widest layer's when V is stored transposed (-fa off): "
          "src/llama-kv-cache.cpp llama_kv_cache::llama_kv_cache [TAG_V_CACHE_VARIABLE] uses "
          "hparams.n_embd_v_gqa_max() for v_trans; kvplan sizes each layer's own V")
-UB_CLAMP = ("llama.cpp clamps n_ubatch to n_batch (-b, default 2048) and n_batch to -c: src/llama-context.cpp "
-            "llama_context::llama_context; the SWA cells use the clamped n_ubatch (llama_kv_cache_iswa), kvplan "
-            "uses -ub 4096 as given")
-RECURRENT_ARRAY = ("llama.cpp takes <arch>.attention.recurrent_layers (one flag per layer) before "
-                   "full_attention_interval: src/models/qwen3next.cpp load_arch_hparams (same in qwen35, qwen35moe); "
-                   "kvplan's gguf_spec._recurrent_layers only applies the every-4th rule")
 DSA = ("deepseek32 builds llama_kv_cache_dsa (src/llama-model.cpp create_memory -> src/llama-kv-cache-dsa.cpp): a "
        "V-less MLA latent cache plus a lightning-indexer key cache (indexer.key_length, one head); kvplan has no "
        "deepseek32 row in gguf_spec.ARCHS and reads it as plain attention (K 576 + V 512, no indexer)")
@@ -730,7 +724,7 @@ CASES: list[Case] = [
     Case("gpt-oss-c4096", "gpt-oss", 4096),
     Case("gpt-oss-np4-c1000-kvu", "gpt-oss", 1000, batch=4, kvu=True),
     Case("gpt-oss-np2-c3000", "gpt-oss", 3000, batch=2),
-    Case("gpt-oss-c4096-ub4096", "gpt-oss", 4096, ub=4096, xfail=UB_CLAMP),
+    Case("gpt-oss-c4096-ub4096", "gpt-oss", 4096, ub=4096),
     Case("gpt-oss-arr-c4096", "gpt-oss-arr", 4096),
     Case("llama4-c16384", "llama4", 16384),
     Case("llama4-c4096", "llama4", 4096),
@@ -761,7 +755,7 @@ CASES: list[Case] = [
     Case("falcon-h1-np4-c1000", "falcon-h1", 1000, batch=4),
     Case("qwen3next-c4096", "qwen3next", 4096, compute=True),
     Case("qwen3next-np2-c1000", "qwen3next", 1000, batch=2),
-    Case("qwen3next-rl-c4096", "qwen3next-rl", 4096, xfail=RECURRENT_ARRAY),
+    Case("qwen3next-rl-c4096", "qwen3next-rl", 4096),
     Case("qwen35-c4096", "qwen35", 4096),
     Case("qwen35-np4-c2000-kvu", "qwen35", 2000, batch=4, kvu=True),
 ]

@@ -52,55 +52,18 @@ _SLIDING_WIDE = ("vLLM keeps a sliding_window >= max_position_embeddings as a Sl
                  "layers/attention/attention.py Attention.__init__ reads cache_config.sliding_window; "
                  "v1/kv_cache_interface.py SlidingWindowSpec.max_admission_blocks_per_request); kvplan widens it to "
                  "full attention (architectures/__init__.py _windows_beyond_context)")
-_CHUNKED_HMA = ("vLLM 0.32 keeps the hybrid KV manager for chunked local attention (envs.py "
-                "VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE defaults to 1, config/vllm.py "
-                "VllmConfig.__post_init__); kvplan engines/vllm.py build_stage switches it off")
 _SW_BLOCK32 = ("on the CPU backend a sliding layer picks its own kernel block, a multiple of 32 "
                "(layers/attention/attention.py Attention.get_kv_cache_spec -> _largest_kernel_block_within), and "
                "kv_cache_utils.py unify_kv_cache_spec_page_size raises the other layers to the same page; kvplan keeps 16")
-_SSM32 = ("SSM state float32 with conv state in the model dtype (platforms/cpu.py check_and_update_config resets "
-          "mamba_ssm_cache_dtype; models/config.py NemotronHForCausalLMConfig); kvplan has one --state-dtype for both")
-_ALIGN_BLOCK = ("hybrid attention block rounded in units of max(kernel block, block_size), not 16 "
-                "(platforms/interface.py Platform._align_hybrid_block_size)")
-_ALIGN_MODE = ("prefix caching puts Mamba layers in mamba_cache_mode 'align': 2 blocks per request, 3 for Mamba-2 "
-               "(models/config.py MambaModelConfig; v1/kv_cache_interface.py MambaSpec.max_memory_usage_bytes; "
-               "layers/mamba/mamba_mixer2.py get_kv_cache_spec)")
-_CROSS = ("cross-attention reserves cdiv(max_num_encoder_input_tokens = max_num_batched_tokens, block) blocks "
-          "(v1/kv_cache_interface.py CrossAttentionSpec.max_memory_usage_bytes, config/scheduler.py); kvplan "
-          "reserves the encoder length")
 
 # kvplan disagrees with vLLM today: the test asserts vLLM's numbers and is expected to fail until the rule is fixed.
 KNOWN_DISAGREEMENTS: dict[str, str] = {
     "phi-3.5-mini": _SLIDING_WIDE,
     "phi-4-mini": _SLIDING_WIDE,
-    "llama-4-scout": _CHUNKED_HMA + " (same tokens at max_model_len <= chunk, 4x the blocks)",
-    "llama-4-scout-len16384": _CHUNKED_HMA,
-    "llama-4-scout-len16384-mbt2048": _CHUNKED_HMA,
-    "mistral-7b-v0.1-nohybrid": ("with every layer sliding, vLLM keeps SlidingWindowSpec when the hybrid manager is "
-                                 "off (kv_cache_utils.py _promote_local_kv_cache_specs returns uniform specs "
-                                 "unchanged); kvplan engines/vllm.py layer_spec makes them full"),
     "gemma-2-9b-block16": _SW_BLOCK32,
     "mistral-7b-v0.1-block16": _SW_BLOCK32,
-    "mamba": _SSM32,
-    "mamba2": _SSM32,
-    "jamba": f"{_SSM32}; {_ALIGN_BLOCK}; {_ALIGN_MODE}",
-    "jamba-space2": f"{_SSM32}; {_ALIGN_BLOCK}; {_ALIGN_MODE}",
-    "jamba-block16": f"{_SSM32}; {_ALIGN_BLOCK}; {_ALIGN_MODE}",
-    "jamba-block32": f"{_SSM32}; {_ALIGN_BLOCK}; {_ALIGN_MODE}",
-    "jamba-len8192": f"{_SSM32}; {_ALIGN_BLOCK}; {_ALIGN_MODE}",
-    "jamba-fp8": f"{_SSM32}; {_ALIGN_BLOCK}; {_ALIGN_MODE}",
-    "jamba-state32": f"{_ALIGN_BLOCK}; {_ALIGN_MODE}",
-    "jamba-state32-noprefix": f"{_ALIGN_BLOCK} (and kvplan has no prefix-caching switch)",
-    "nemotron-h": f"{_SSM32}; {_ALIGN_BLOCK}; {_ALIGN_MODE}",
-    "nemotron-h-block32": f"{_SSM32}; {_ALIGN_BLOCK}; {_ALIGN_MODE}",
-    "nemotron-h-state32": f"{_ALIGN_BLOCK}; {_ALIGN_MODE}",
-    "qwen3-next": f"{_SSM32}; {_ALIGN_BLOCK}; {_ALIGN_MODE}",
-    "qwen3-next-block32": f"{_SSM32}; {_ALIGN_BLOCK}; {_ALIGN_MODE}",
-    "qwen3-next-len8192": f"{_SSM32}; {_ALIGN_BLOCK}; {_ALIGN_MODE}",
-    "qwen3-next-state32": f"{_ALIGN_BLOCK}; {_ALIGN_MODE}",
-    "qwen3-next-ssm-bf16": f"{_ALIGN_BLOCK}; {_ALIGN_MODE}",
-    "whisper": _CROSS,
-    "whisper-mbt2048": _CROSS,
+    "jamba-block16": ("CPU attention kernels take multiples of 32, so the hybrid alignment is max(32, block 16) = 32 "
+                      "(platforms/interface.py _align_hybrid_block_size); kvplan models CUDA's 16"),
 }
 
 

@@ -17,7 +17,8 @@ src/models/<arch>.cpp `load_arch_hparams`), src/llama-hparams.cpp `set_swa_patte
   attend fully, whatever `sliding_window` says: that is what llama.cpp allocates.
 * Per-layer `head_count_kv` arrays (DeciLM/Nemotron-NAS `deci`): 0 = a layer without attention (no cache).
 * Recurrent layers: mamba/mamba2/falcon-h1 all; jamba and granitehybrid where head_count_kv(il) == 0;
-  nemotron_h where head_count_kv(il) == 0 and feed_forward_length(il) == 0; qwen3next / qwen35 where
+  nemotron_h where head_count_kv(il) == 0 and feed_forward_length(il) == 0; qwen3next / qwen35 by the
+  `.attention.recurrent_layers` array (one flag per layer) when the file has it, else where
   (il + 1) % full_attention_interval != 0 (default 4). State sizes from the `.ssm.*` keys, as llama.cpp sizes
   its r/s rows: r = (conv_kernel - 1) x (inner_size + 2 x group_count x state_size), s = state_size x inner_size.
 * MLA (deepseek2): llama.cpp's `is_mla` is `.attention.key_length_mla` and `.value_length_mla` both present; the
@@ -210,6 +211,12 @@ def _recurrent_layers(k: _Keys, a: Arch, n: int, kv: list[int]) -> list[bool]:
         ff = k.per_layer("feed_forward_length", n, [0] * n)
         return [h == 0 and f == 0 for h, f in zip(kv, ff)]
     if a.recurrent == "interval":
+        flags = k.get("attention.recurrent_layers")  # load_arch_hparams: the per-layer array wins (get_key_or_arr)
+        if isinstance(flags, list):
+            if len(flags) != n:
+                raise ConfigError(f"{k.h.source}: {k.arch}.attention.recurrent_layers has {len(flags)} entries "
+                                  f"for {n} layers")
+            return [bool(f) for f in flags]
         every = k.int("full_attention_interval", 4) or 4
         return [(il + 1) % every != 0 for il in range(n)]
     return [False] * n

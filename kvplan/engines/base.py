@@ -15,14 +15,15 @@ from kvplan.errors import InputError
 from kvplan.parallel import cdiv, heads_floor, pad_to, pp_partition  # noqa: F401  (re-exported for engines)
 from kvplan.spec import LayerCache, ModelSpec
 
-KNOB_KINDS = ("count", "tokens", "fraction", "bool")
+KNOB_KINDS = ("count", "tokens", "fraction", "bool", "dtype")
 
 
 @dataclass(frozen=True)
 class Knob:
     """An engine flag that changes the layout or budget: CLI --name, YAML name with '_'.
 
-    kind: how a value is written (count: a positive integer; tokens: 8192, 8k; fraction: 0.9 or 90%; bool).
+    kind: how a value is written (count: a positive integer; tokens: 8192, 8k; fraction: 0.9 or 90%; bool;
+    dtype: auto or a dtype name).
     layout: True when it changes the cache layout (size, verify and fit take it), False for budget-only knobs
     (fit and check only)."""
 
@@ -44,6 +45,11 @@ class Knob:
 
         if value is None or self.kind == "bool":
             return value
+        if self.kind == "dtype":
+            from kvplan.dtypes import kv_dtype
+
+            text = str(value).strip()
+            return "auto" if text.lower() == "auto" else kv_dtype(text).name
         parser = {"count": parse_count, "tokens": parse_tokens, "fraction": parse_fraction}[self.kind]
         return parser(value, self.flag)
 

