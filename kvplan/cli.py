@@ -7,6 +7,7 @@ that ran and failed, 2 bad input or environment.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import Annotated, Any, Optional
 
@@ -18,7 +19,7 @@ except ImportError:  # pragma: no cover - older typer on real click
     from click import exceptions as click_exc
 
 from kvplan import catalog, engines
-from kvplan.errors import KvplanError
+from kvplan.errors import EnvironmentProblem, KvplanError
 from kvplan.units import parse_count, parse_tokens
 
 app = typer.Typer(
@@ -28,7 +29,41 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="Exit codes: 0 success, 1 a check that ran and failed, 2 bad input or environment, 3 internal error, "
+           "130 interrupted.",
 )
+
+
+def _version_line() -> str:
+    """kvplan's version and what a bug report needs beside it (torch only when installed; never imported here)."""
+    from importlib import metadata
+    import platform
+
+    from kvplan import __version__
+
+    parts = [f"kvplan {__version__}", f"Python {platform.python_version()}"]
+    for dist in ("typer", "rich", "huggingface_hub", "torch", "transformers"):
+        try:
+            parts.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            if dist in ("typer", "rich", "huggingface_hub"):
+                parts.append(f"{dist} (not installed)")
+    return ", ".join(parts)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(_version_line() + "\n")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", help="print the versions of kvplan and what it runs on, then exit",
+                                          callback=_show_version, is_eager=True)] = False,
+) -> None:
+    """Exact KV-cache and weight memory for LLM inference, and what fits on a GPU."""
 
 # ---------------------------------------------------------------------------------------------- shared options
 _ENGINE_HELP = ", ".join(f"{n} (default)" if n == engines.DEFAULT_ENGINE else n for n in engines.names())
@@ -129,7 +164,7 @@ def _print_json(data: Any) -> None:
 # ---------------------------------------------------------------------------------------------- size
 @app.command(help="KV cache per token and for batch x ctx, weights and the total, exactly.")
 def size(
-    model: Annotated[str, typer.Argument(help="alias (kvplan models), Hub id org/name, a path to config.json or a .gguf, or org/name:file.gguf")],
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="alias (kvplan models), Hub id org/name, a path to config.json or a .gguf, or org/name:file.gguf")],
     ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", help="tokens per sequence: 4096, 32k, 1M (default: the model maximum)")] = None,
     batch: Annotated[str, typer.Option("--batch", "-b", help="concurrent sequences")] = "1",
     engine: Engine = None, kv_dtype: KvDtype = None, k_dtype: KDtype = None, v_dtype: VDtype = None,
@@ -350,7 +385,7 @@ def gpus(
                   "CachePlan and measure it; --fit finds the real limit; --with-model runs transformers' model code. "
                   "Exit 1 when a check fails. Needs torch: pip install \"kvplan[verify]\".")
 def verify(
-    model: Annotated[str, typer.Argument(help="alias (kvplan models), Hub id org/name, or a path to config.json")],
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="alias (kvplan models), Hub id org/name, or a path to config.json")],
     ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", help="tokens per sequence (default: the model maximum; with --fit: search the largest ctx at --batch)")] = None,
     batch: Annotated[str, typer.Option("--batch", "-b", help="concurrent sequences")] = "1",
     device: Annotated[str, typer.Option("--device", help="auto (CUDA when torch sees one, else CPU), cpu, cuda, cuda:N; with --with-model also runs a real forward there")] = "auto",
@@ -358,6 +393,8 @@ def verify(
     memory_limit: Annotated[Optional[str], typer.Option("--memory-limit", help="memory for weights + KV (e.g. 16GiB); KV budget = limit - predicted weights. Required for --fit on CPU")] = None,
     with_model: Annotated[bool, typer.Option("--with-model", help="run transformers' model code for the config (meta device; a scaled real forward with --device) and compare its cache with the hf layout")] = False,
     rss: Annotated[bool, typer.Option("--rss/--no-rss", help="CPU: touch tensors of >= 1 MiB in a fresh process and check its RSS growth")] = True,
+    run_engine: Annotated[Optional[str], typer.Option("--run", metavar="ENGINE", help="start the installed engine (vllm) on the model's config with dummy weights on this device and compare its KV tokens, blocks and concurrency with kvplan's (exit 1 on a difference); KVPLAN_VLLM_PYTHON picks the Python that has vLLM")] = None,
+    kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", help="with --run on CPU: the KV budget handed to vLLM's CPU build, whole GiB (default 1GiB)")] = None,
     engine: Engine = None, kv_dtype: KvDtype = None, k_dtype: KDtype = None, v_dtype: VDtype = None,
     state_dtype: StateDtype = None, weight_dtype: WeightDtype = None, tp: Tp = "1", pp: Pp = "1",
     encoder_len: EncoderLen = None,
@@ -379,6 +416,11 @@ def verify(
                   encoder_len=encoder_len)
     eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=k_dtype, v_dtype=v_dtype, state_dtype=state_dtype,
                          weight_dtype=weight_dtype, tp=tp, pp=pp, knobs=knobs)
+    if run_engine is not None:
+        _verify_run(run_engine, mo, eo, ctx, kv_budget, device, json_out)
+        return
+    if kv_budget is not None:
+        raise KvplanError("--kv-budget applies to verify --run (the budget handed to vLLM's CPU build)")
     opts = core.VerifyOptions(device=device, fit=fit_check, with_model=with_model, rss=rss,
                               memory_limit=parse_bytes(memory_limit, "--memory-limit") if memory_limit else None)
     result = core.run(mo, eo, parse_tokens(ctx, "--ctx") if ctx is not None else None, parse_count(batch, "--batch"),
@@ -393,12 +435,40 @@ def verify(
         raise CheckFailed(result.failure_line())
 
 
+def _verify_run(engine_name: str, mo: Any, eo: Any, ctx: str | None, kv_budget: str | None, device: str,
+                json_out: bool) -> None:
+    from kvplan.errors import CheckFailed
+    from kvplan.units import parse_bytes
+    from kvplan.verify import engine_run
+
+    result = engine_run.run(engine_name, mo, eo, parse_tokens(ctx, "--ctx") if ctx is not None else None,
+                            parse_bytes(kv_budget, "--kv-budget") if kv_budget is not None else None, device)
+    if json_out:
+        _print_json(result.to_json())
+    else:
+        from kvplan import render
+
+        render.console().print(render.engine_run_view(result))
+    if not result.passed:
+        raise CheckFailed(result.failure_line())
+
+
 # ---------------------------------------------------------------------------------------------- entry point
+INTERNAL_ERROR_EXIT = 3  # CONTRACTS.md: not 1 (a check result) nor 2 (bad input)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; one line on stderr and the contract's exit code for every failure."""
+    """Run the CLI; one line on stderr and the contract's exit code for every failure (CONTRACTS.md)."""
     command = typer.main.get_command(app)
+    stdout = sys.stdout
+    sys.stdout = _ClosedPipeGuard(stdout)  # type: ignore[assignment]
     try:
-        command.main(args=argv, prog_name="kvplan", standalone_mode=False)
+        code = command.main(args=argv, prog_name="kvplan", standalone_mode=False)
+        sys.stdout.flush()
+        if code == 130:  # typer turns Ctrl-C into Exit(130) and returns it when not standalone
+            _fail("interrupted", 130)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except KvplanError as e:
         _fail(str(e), e.exit_code)
     except click_exc.NoArgsIsHelpError as e:
@@ -409,15 +479,66 @@ def main(argv: list[str] | None = None) -> None:
         _fail(e.format_message().replace("\n", " ") + hint, 2)
     except (typer.Exit, getattr(click_exc, "Exit", typer.Exit)) as e:
         sys.exit(getattr(e, "exit_code", 0))
-    except click_exc.Abort:
-        _fail("aborted", 2)
+    except (KeyboardInterrupt, getattr(click_exc, "Abort", KeyboardInterrupt)):
+        _fail("interrupted", 130)
     except BrokenPipeError:
-        sys.exit(0)
+        _quiet_closed_pipe()
+    except SystemExit:
+        raise
+    except Exception as e:  # the last resort: one line, never a traceback unless asked for
+        if os.environ.get("KVPLAN_DEBUG"):
+            raise
+        _fail(f"internal error: {type(e).__name__}: {' '.join(str(e).split())[:300]}; set KVPLAN_DEBUG=1 for the "
+              "traceback", INTERNAL_ERROR_EXIT)
+    finally:
+        sys.stdout = stdout
+    sys.exit(0)
+
+
+class _ClosedPipeGuard:
+    """stdout whose reader may go away (`kvplan ... | head`): a write or flush into a closed pipe ends the run
+    quietly with 0 instead of a traceback (typer would turn it into exit 1)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            _quiet_closed_pipe()
+            return 0
+        except OSError as e:
+            raise EnvironmentProblem(f"cannot write the output: {e.strerror or e}") from None
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            _quiet_closed_pipe()
+        except OSError as e:
+            raise EnvironmentProblem(f"cannot write the output: {e.strerror or e}") from None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _quiet_closed_pipe() -> None:
+    """The reader went away (`| head`, `| true`): stop quietly, and keep Python from complaining at exit."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
     sys.exit(0)
 
 
 def _fail(message: str, code: int) -> None:
-    sys.stderr.write(f"kvplan: error: {message}\n")
+    try:
+        sys.stderr.write(f"kvplan: error: {message}\n")
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError, ValueError):
+        pass
     sys.exit(code)
 
 

@@ -469,3 +469,30 @@ def local_gpus_view(devices: list[dict[str, Any]]) -> Group:
         parts.append(Panel(t, title=f"local GPU {d['index']}", title_align="left"))
         parts.append(Text(yaml.safe_dump([d["catalog_entry"]], sort_keys=False, width=100).rstrip()))
     return Group(*parts)
+
+
+def engine_run_view(r: Any) -> Group:
+    """`kvplan verify --run ENGINE` (kvplan.verify.engine_run.EngineRunResult): the engine's figures beside kvplan's."""
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    ref = r.model
+    head.add_row("model", f"{ref.id or ref.requested}  [dim]{ref.source}[/dim]")
+    head.add_row("engine", f"{r.engine} on {r.device}, started in {r.seconds:.1f} s  [dim](kvplan rules {r.kvplan_engine})[/dim]")
+    s = r.settings
+    head.add_row("settings", f"KV budget {fmt_int(s.get('budget_bytes'))} B, max_model_len {fmt_int(s.get('max_model_len'))}, "
+                             f"block {s.get('block_size')}, max_num_batched_tokens {fmt_int(s.get('max_num_batched_tokens'))}")
+    t = Table(title="the engine's start-up figures vs kvplan", title_justify="left")
+    for col, just in (("", "left"), ("engine", "right"), ("kvplan", "right"), ("", "left")):
+        t.add_column(col, justify=just, no_wrap=True)
+    for row in r.rows:
+        fmt = (lambda v: fmt_int(v) if isinstance(v, int) else str(v))
+        verdict = _pass(row.equal) if row.judged else ("[dim]same[/dim]" if row.equal else "[dim]differs[/dim]")
+        t.add_row(row.what, fmt(row.engine), fmt(row.kvplan), verdict)
+    line = Text(("PASS" if r.passed else "FAIL") + f" {r.engine} vs kvplan {r.kvplan_engine}",
+                style="bold green" if r.passed else "bold red")
+    parts: list[Any] = [Panel(head, title="kvplan verify --run", title_align="left"), t, line]
+    if r.notes:
+        parts.append(Text("notes", style="bold"))
+        parts.extend(Text(f"  • {n}") for n in r.notes)
+    return Group(*parts)

@@ -73,6 +73,20 @@ class SlidingWindow(FullAttention):
 
 
 @dataclass(frozen=True)
+class WindowBeyondContext(FullAttention):
+    """A sliding_window no shorter than the model's context (Phi-3.5: 262,144 vs 131,072). It never slides, so most
+    engines (and JSON `kind`) treat it as full attention; vLLM still builds a SlidingWindowSpec from it, which
+    reserves one block more per request (its rule in engines/vllm.py)."""
+
+    kind: ClassVar[str] = "full"
+    window: int = 0
+
+    def describe(self) -> str:
+        return (f"full attention (its sliding window {self.window:,} is beyond the context), {self.kv_heads} KV heads "
+                f"x {_dims(self)}")
+
+
+@dataclass(frozen=True)
 class ChunkedLocal(FullAttention):
     """Llama-4 style: attention restricted to fixed chunks of `chunk` tokens."""
 

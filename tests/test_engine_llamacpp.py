@@ -156,3 +156,21 @@ def test_recorded_lines_are_this_builds(llamacpp, printed):
         live = p.record()
         for key in ("kv", "kv_roles", "recurrent", "kv_buffers_mib", "rs_buffers_mib", "context"):
             assert live[key] == rec[key], (case.id, key, live[key], rec[key])
+
+
+def test_one_wrong_rule_breaks_the_tier(llamacpp, gguf_dir, printed, monkeypatch):
+    """One layer more in kvplan's llama.cpp plan must turn an equal case into a disagreement."""
+    from kvplan.engines import layout
+
+    case = next(c for c in oracle.CASES if not c.xfail and not c.refuses)
+    p = printed(case)
+    gguf = oracle.write_model(case.model, gguf_dir)
+    assert kvplan_lines(kvplan_size(llamacpp, gguf, case)) == llamacpp_lines(p)
+    kept = layout.kept
+
+    def one_layer_more(engine, rules, caches):
+        out = kept(engine, rules, caches)
+        return out + ((out[-1][0] + 1, out[-1][1]),)
+
+    monkeypatch.setattr(layout, "kept", one_layer_more)
+    assert kvplan_lines(kvplan_size(llamacpp, gguf, case)) != llamacpp_lines(p)

@@ -12,7 +12,7 @@ from typing import Any, Callable
 from kvplan.architectures import base, classic, defaults, decoder, deepseek, encdec, gemma, gpt_oss, hybrid, llama4, nemotron_nas, vision
 from kvplan.architectures.base import Cfg
 from kvplan.errors import ConfigError
-from kvplan.spec import FullAttention, ModelSpec, SlidingWindow, Widths
+from kvplan.spec import ModelSpec, SlidingWindow, Widths, WindowBeyondContext
 
 TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
 
@@ -83,7 +83,7 @@ def _windows_beyond_context(caches, max_ctx):
     for i, c in caches:
         if isinstance(c, SlidingWindow) and c.window >= max_ctx:
             widened = c.window
-            c = FullAttention(c.kv_heads, c.head_dim_k, c.head_dim_v)
+            c = WindowBeyondContext(c.kv_heads, c.head_dim_k, c.head_dim_v, window=c.window)
         out.append((i, c))
     return out, widened
 
@@ -121,7 +121,8 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
         vmax, vsrc = None, max_src
     caches, widened = _windows_beyond_context(caches, max_ctx)
     if widened:
-        notes.append(f"sliding_window {widened:,} >= the model's {max_ctx:,}-token limit: treated as full attention")
+        notes.append(f"sliding_window {widened:,} >= the model's {max_ctx:,}-token limit: full attention "
+                     "(vLLM still reserves it as a sliding window: one block more per request)")
     mtp = int(text.get("num_nextn_predict_layers", default=0) or 0)
     return ModelSpec(
         architecture=arch or model_type,

@@ -19,7 +19,8 @@ from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
 from kvplan.parallel import heads_unsplit
 from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, LatentAttention, LayerCache, LinearAttentionState,
-                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow)
+                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
+                         WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -109,6 +110,7 @@ class StateLayer:
 
 KIND_RULES: dict[type, Any] = {
     FullAttention: KVLayer(),
+    WindowBeyondContext: KVLayer(),  # a window beyond the context is full attention here
     SlidingWindow: KVLayer(keep=True),
     ChunkedLocal: KVLayer(keep=True),  # Llama-4: the same class with window = attention_chunk_size
     CrossAttention: KVLayer(fixed=True),

@@ -25,7 +25,8 @@ from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
 from kvplan.parallel import heads_unsplit
 from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, LatentAttention, LinearAttentionState,
-                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow)
+                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
+                         WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,7 @@ class RecurrentRows:
 
 KIND_RULES: dict[type, Any] = {
     FullAttention: KVCells(),
+    WindowBeyondContext: KVCells(),  # a window beyond the context is full attention here
     SlidingWindow: KVCells(swa=True),
     ChunkedLocal: KVCells(swa=True),
     CrossAttention: layout.Omitted("cross-attention K/V are recomputed from the stored encoder output"),

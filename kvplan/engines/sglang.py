@@ -17,7 +17,8 @@ from kvplan.engines.base import EngineInfo, Knob, KVDtypes, PlanGroup, knob_tabl
 from kvplan.engines.versions import Selected, select
 from kvplan.parallel import heads_floor, pad_to
 from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, LatentAttention, LayerCache, LinearAttentionState,
-                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow)
+                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
+                         WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,7 @@ class StateSlots:
 
 KIND_RULES: dict[type, Any] = {
     FullAttention: TokenPool("full"),
+    WindowBeyondContext: TokenPool("full"),  # a window beyond the context is full attention here
     SlidingWindow: TokenPool("swa"),
     ChunkedLocal: TokenPool("swa"),
     CrossAttention: TokenPool("cross", fixed=True),

@@ -14,7 +14,8 @@ from kvplan.engines.base import EngineInfo, Knob, KVDtypes, PlanGroup, cdiv, kno
 from kvplan.engines.versions import Selected, select
 from kvplan.parallel import heads_ceil
 from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, LatentAttention, LayerCache, LinearAttentionState,
-                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow)
+                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
+                         WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,7 @@ class StateBuffers:
 
 KIND_RULES: dict[type, Any] = {
     FullAttention: BlockPool(),
+    WindowBeyondContext: BlockPool(),  # a window beyond the context is full attention here
     SlidingWindow: BlockPool(windowed=True),
     ChunkedLocal: BlockPool(windowed=True),
     CrossAttention: BlockPool(fixed=True),

@@ -20,7 +20,8 @@ from kvplan.engines.versions import Selected, select, version_key
 from kvplan.errors import InputError
 from kvplan.parallel import heads_floor
 from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, LatentAttention, LayerCache, LinearAttentionState,
-                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow)
+                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
+                         WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -42,12 +43,14 @@ class Rules:
     mamba_align_mode: bool = False  # prefix caching on hybrids: mamba_cache_mode "align", 2 (+1 Mamba-2) blocks
     cross_reserves_batched_tokens: bool = False  # CrossAttentionSpec reserves max_num_encoder_input_tokens
     ssm_fp32_architectures: bool = False  # SSM_FP32_ARCHITECTURES default their SSM state to float32
+    window_beyond_context_slides: bool = False  # a sliding_window >= the context is still a SlidingWindowSpec
 
 
 _OLD_MLA = (("hopper", 64), ("blackwell", 128), ("other", 16))  # 0.11: FlashMLA 64, CUTLASS MLA 128
 _NEW_MLA = (("hopper", 16), ("blackwell", 32), ("other", 16))
 _SINCE_0_32 = dict(chunked_keeps_hybrid=True, promote_only_mixed=True, hybrid_align_to_block=True,
-                   mamba_align_mode=True, cross_reserves_batched_tokens=True, ssm_fp32_architectures=True)
+                   mamba_align_mode=True, cross_reserves_batched_tokens=True, ssm_fp32_architectures=True,
+                   window_beyond_context_slides=True)
 VERSIONS: list[tuple[str, Rules]] = [
     ("0.10", Rules(0.90, False, False, False, False, False, _OLD_MLA, 16, False)),
     ("0.15", Rules(0.90, False, False, False, False, True, _OLD_MLA, 16, False)),
@@ -236,6 +239,7 @@ class SpecEnv:
     state_dtypes: tuple[DType, DType]  # (conv, SSM/recurrent)
     state_align: bool  # mamba_cache_mode "align" (prefix caching on a hybrid)
     cross_tokens: int | None  # what cross-attention reserves, when not the encoder length
+    wide_windows_slide: bool  # Rules.window_beyond_context_slides
 
 
 def _attention_bytes(c: FullAttention, env: SpecEnv) -> int:
@@ -249,6 +253,14 @@ def _full(c: FullAttention, env: SpecEnv) -> VSpec:
 
 def _sliding(c: SlidingWindow, env: SpecEnv) -> VSpec:
     if env.promote_local:
+        return _full(c, env)
+    return SlidingSpec(env.block, _attention_bytes(c, env), c.window)
+
+
+def _wide_sliding(c: WindowBeyondContext, env: SpecEnv) -> VSpec:
+    """Attention.__init__ takes the config's sliding_window whatever its length (nothing compares it with
+    max_position_embeddings): a SlidingWindowSpec, one block more per request than full attention."""
+    if env.promote_local or not env.wide_windows_slide:
         return _full(c, env)
     return SlidingSpec(env.block, _attention_bytes(c, env), c.window)
 
@@ -281,6 +293,7 @@ def _mamba(c: RecurrentState, env: SpecEnv) -> VSpec:
 # get_kv_cache_spec per layer kind: KV-sharing consumers and MLP-only layers get no spec
 KIND_RULES: dict[type, Any] = {
     FullAttention: _full,
+    WindowBeyondContext: _wide_sliding,
     SlidingWindow: _sliding,
     ChunkedLocal: _chunked,
     CrossAttention: _cross,
@@ -396,7 +409,7 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
     state_align = rules.mamba_align_mode and hybrid_state and opts.get("enable_prefix_caching") is not False
     env = SpecEnv(tp, kvd, block, int(user_block or dict(rules.mla_block).get(arch, 16)),
                   _promotes_local(caches, disable, rules), state_dtypes, state_align,
-                  batched_tokens if rules.cross_reserves_batched_tokens else None)
+                  batched_tokens if rules.cross_reserves_batched_tokens else None, rules.window_beyond_context_slides)
     if state_align and any(isinstance(c, RecurrentState) for _, c in caches):
         notes.append("prefix caching on a hybrid: state layers in mamba_cache_mode 'align', 2 state pages per request "
                      "(Mamba-2 mixers 3); --no-enable-prefix-caching gives 1")
@@ -551,7 +564,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         async_on = rules.async_scheduling and pp == 1
     inflight = int(mbt) * (2 if async_on else (pp if pp > 1 else 1))
     kinds = {type(c) for _, c in spec.caches}
-    if kinds & {SlidingWindow, ChunkedLocal}:
+    if kinds & {SlidingWindow, ChunkedLocal, WindowBeyondContext}:
         assumptions.append(
             f"sliding/chunked layers reserve window + {inflight:,} in-flight tokens per request "
             f"({'async scheduling: 2 x ' if async_on else ''}max_num_batched_tokens)"

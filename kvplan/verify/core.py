@@ -156,6 +156,7 @@ def run(mo: Any, eo: Any, ctx: int | None, batch: int = 1, opts: VerifyOptions =
 
     if batch < 1:
         raise InputError("--batch must be a positive integer")
+    switched = opts.with_model and eo.engine is None
     if opts.with_model:
         eo = _with_model_engine(eo)
     backend = measure.open_backend(opts.device)
@@ -200,6 +201,12 @@ def run(mo: Any, eo: Any, ctx: int | None, batch: int = 1, opts: VerifyOptions =
         model = check_model(s, plan, ctx, batch, backend.info.device if explicit else None)
     if s.tp > 1 or s.pp > 1:
         assumptions.append(f"one GPU's share is allocated: the limiting rank of tp {s.tp} x pp {s.pp}")
+    assumptions.insert(0, f"scope: the allocation check allocates kvplan's own {plan.engine} plan and measures what "
+                          "the allocator adds; it does not check the plan against the engine (--with-model checks "
+                          "transformers' cache; the engine tier, pytest -m engine, checks vLLM and llama.cpp)")
+    if switched:
+        warnings.append(f"--with-model without --engine: the {plan.engine} (transformers) layout is sized and "
+                        "checked, not vllm's")
     return VerifyResult(s, plan, ctx, batch, backend.info, alloc, rss, fit, model, warnings, assumptions)
 
 

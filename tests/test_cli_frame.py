@@ -1,0 +1,106 @@
+"""The frame around every command (CONTRACTS.md exit codes): Ctrl-C, a closed or full output, an error nobody
+foresaw, -h and --version. Each failure is one line on stderr and a stated exit code, never a traceback."""
+
+from __future__ import annotations
+
+import errno
+import io
+import subprocess
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+
+import pytest
+
+from kvplan import cli, sizing
+from conftest import run_cli
+
+
+class _Broken(io.StringIO):
+    """An output whose reader is gone (BrokenPipeError) or whose disk is full (ENOSPC)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__()
+        self.error = error
+
+    def write(self, text: str) -> int:
+        raise self.error
+
+
+def _run_into(stream: io.StringIO, *args: str) -> tuple[int, str]:
+    err = io.StringIO()
+    with redirect_stdout(stream), redirect_stderr(err):
+        try:
+            cli.main(list(args))
+        except SystemExit as e:
+            return int(e.code or 0), err.getvalue()
+    raise AssertionError("main() must always exit")
+
+
+def test_ctrl_c_is_130_with_one_line(monkeypatch):
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sizing, "size", interrupted)
+    r = run_cli("size", "llama-2-7b", "--ctx", "4096")
+    assert r.code == 130
+    assert r.err == "kvplan: error: interrupted\n"
+
+
+def test_an_unforeseen_error_is_one_line_and_exit_3(monkeypatch):
+    def broken(*a, **k):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(sizing, "size", broken)
+    monkeypatch.delenv("KVPLAN_DEBUG", raising=False)
+    r = run_cli("size", "llama-2-7b", "--ctx", "4096")
+    assert r.code == cli.INTERNAL_ERROR_EXIT == 3
+    assert r.err.count("\n") == 1 and "Traceback" not in r.err
+    assert "internal error: ZeroDivisionError: division by zero" in r.err and "KVPLAN_DEBUG=1" in r.err
+
+
+def test_kvplan_debug_shows_the_traceback(monkeypatch):
+    def broken(*a, **k):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(sizing, "size", broken)
+    monkeypatch.setenv("KVPLAN_DEBUG", "1")
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["size", "llama-2-7b", "--ctx", "4096"])
+
+
+@pytest.mark.parametrize("args", [("size", "llama-2-7b", "--ctx", "4096", "--json"),
+                                  ("size", "llama-2-7b", "--ctx", "4096"),
+                                  ("fit", "--gpu", "24GB")])
+def test_a_closed_pipe_ends_quietly_with_0(args):
+    code, err = _run_into(_Broken(BrokenPipeError(errno.EPIPE, "Broken pipe")), *args)
+    assert (code, err) == (0, "")
+
+
+def test_a_full_disk_is_one_line_and_exit_2():
+    code, err = _run_into(_Broken(OSError(errno.ENOSPC, "No space left on device")), "size", "llama-2-7b")
+    assert code == 2
+    assert err == "kvplan: error: cannot write the output: No space left on device\n"
+
+
+def test_a_closed_pipe_in_a_real_process():
+    """`kvplan models --json | head -c 1`: the reader leaves after one byte; no traceback, exit 0."""
+    p = subprocess.Popen([sys.executable, "-m", "kvplan", "fit", "--gpu", "24GB", "--json"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert p.stdout is not None and p.stderr is not None
+    p.stdout.read(1)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=60) == 0
+    assert "Traceback" not in err and "Exception ignored" not in err
+
+
+def test_h_is_help_everywhere_and_version_names_the_stack():
+    assert run_cli("-h").out.startswith("Usage: kvplan")
+    assert run_cli("size", "-h").out.startswith("Usage: kvplan size")
+    v = run_cli("--version")
+    assert v.code == 0
+    assert v.out.startswith("kvplan ") and "Python " in v.out and "typer " in v.out and "huggingface_hub " in v.out
+
+
+def test_top_level_help_states_the_exit_codes():
+    assert "130 interrupted" in " ".join(run_cli("--help").out.split())
