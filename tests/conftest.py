@@ -91,3 +91,20 @@ def write_gguf_file(path: Path, arch: str, kv: dict[str, Any], tensors, **writer
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+# ---------------------------------------------------------------------------------------------- engine tiers
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The vLLM tier's tests run last: its engine child starts in the background when collection ends
+    (pytest_collection_finish) and works while the rest of the suite runs."""
+    vllm = [i for i in items if i.nodeid.startswith("tests/test_engine_vllm.py")]
+    if vllm:
+        items[:] = [i for i in items if i not in set(vllm)] + vllm
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    vllm = [i for i in session.items if i.nodeid.startswith("tests/test_engine_vllm.py")]
+    if vllm and not session.config.option.collectonly:
+        from test_engine_vllm import start_runs
+
+        session.config._vllm_runs = start_runs(session, vllm)  # type: ignore[attr-defined]

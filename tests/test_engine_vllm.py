@@ -11,7 +11,9 @@ Run: python -m pytest -m engine tests/test_engine_vllm.py -rsxX
 
 from __future__ import annotations
 
+import threading
 import time
+from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -68,23 +70,48 @@ def _param(case: ov.Case) -> Any:
     return pytest.param(case, id=case.id, marks=marks)
 
 
-@pytest.fixture(scope="session")
-def vllm_runs(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The selected cases (all when the selection names none, e.g. `-k jamba` runs only Jamba's), once per session,
-    in one vLLM child process."""
-    version = ov.vllm_version()
-    if version is None:
-        pytest.fail(INSTALL, pytrace=False)
-    wanted = {item.callspec.params["case"].id for item in request.session.items
+def start_runs(session: pytest.Session, items: list[pytest.Item]) -> Future:
+    """Start the selected cases (all when the selection names none, e.g. `-k jamba` runs only Jamba's) in one vLLM
+    child process, in a background thread, as soon as collection ends: the child's ~6 minutes then overlap the rest
+    of the suite (conftest.py moves this file's tests to the end of the run)."""
+    wanted = {item.callspec.params["case"].id for item in items
               if getattr(item, "originalname", None) == "test_vllm_oracle" and hasattr(item, "callspec")}
     cases = [c for c in ov.CASES if c.id in wanted] or ov.CASES
-    work = tmp_path_factory.mktemp("vllm-oracle")
-    t0 = time.monotonic()
-    results, info = ov.run_cases(cases, work)
-    info["wall_seconds"] = round(time.monotonic() - t0, 1)
-    if info["import_error"]:
-        pytest.fail(f"{INSTALL}. The import failed with: {info['import_error']}", pytrace=False)
-    return {"results": results, "info": info, "models": work / "models", "version": version}
+    work = session.config._tmp_path_factory.mktemp("vllm-oracle")  # type: ignore[attr-defined]
+
+    def run() -> dict[str, Any]:
+        version = ov.vllm_version()
+        if version is None:
+            return {"fail": INSTALL}
+        t0 = time.monotonic()
+        results, info = ov.run_cases(cases, work)
+        info["wall_seconds"] = round(time.monotonic() - t0, 1)
+        if info["import_error"]:
+            return {"fail": f"{INSTALL}. The import failed with: {info['import_error']}"}
+        return {"results": results, "info": info, "models": work / "models", "version": version}
+
+    future: Future = Future()
+
+    def work_in_background() -> None:
+        try:
+            future.set_result(run())
+        except BaseException as e:  # noqa: BLE001 - surfaces in the fixture
+            future.set_exception(e)
+
+    # a daemon thread: a run stopped early (-x, Ctrl-C) does not wait for the child's remaining cases
+    threading.Thread(target=work_in_background, name="vllm-oracle", daemon=True).start()
+    return future
+
+
+@pytest.fixture(scope="session")
+def vllm_runs(request: pytest.FixtureRequest) -> dict[str, Any]:
+    future = getattr(request.config, "_vllm_runs", None)
+    if future is None:  # collected without the conftest hook (e.g. run from another rootdir)
+        future = start_runs(request.session, request.session.items)
+    runs = future.result()
+    if "fail" in runs:
+        pytest.fail(runs["fail"], pytrace=False)
+    return runs
 
 
 @pytest.fixture(scope="session")
