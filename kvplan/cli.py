@@ -393,7 +393,7 @@ def verify(
     memory_limit: Annotated[Optional[str], typer.Option("--memory-limit", help="memory for weights + KV (e.g. 16GiB); KV budget = limit - predicted weights. Required for --fit on CPU")] = None,
     with_model: Annotated[bool, typer.Option("--with-model", help="run transformers' model code for the config (meta device; a scaled real forward with --device) and compare its cache with the hf layout")] = False,
     rss: Annotated[bool, typer.Option("--rss/--no-rss", help="CPU: touch tensors of >= 1 MiB in a fresh process and check its RSS growth")] = True,
-    run_engine: Annotated[Optional[str], typer.Option("--run", metavar="ENGINE", help="start the installed engine (vllm) on the model's config with dummy weights on this device and compare its KV tokens, blocks and concurrency with kvplan's (exit 1 on a difference); KVPLAN_VLLM_PYTHON picks the Python that has vLLM")] = None,
+    run_engine: Annotated[Optional[str], typer.Option("--run", metavar="ENGINE", help="start the installed engine on this machine and compare what it sizes with kvplan (exit 1 on a difference): vllm (the model's config, dummy weights: KV tokens, blocks, concurrency; KVPLAN_VLLM_PYTHON picks the Python that has vLLM) or llamacpp (a local .gguf with -np --batch -c batch*ctx: every cache size line)")] = None,
     kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", help="with --run on CPU: the KV budget handed to vLLM's CPU build, whole GiB (default 1GiB)")] = None,
     engine: Engine = None, kv_dtype: KvDtype = None, k_dtype: KDtype = None, v_dtype: VDtype = None,
     state_dtype: StateDtype = None, weight_dtype: WeightDtype = None, tp: Tp = "1", pp: Pp = "1",
@@ -417,7 +417,7 @@ def verify(
     eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=k_dtype, v_dtype=v_dtype, state_dtype=state_dtype,
                          weight_dtype=weight_dtype, tp=tp, pp=pp, knobs=knobs)
     if run_engine is not None:
-        _verify_run(run_engine, mo, eo, ctx, kv_budget, device, json_out)
+        _verify_run(run_engine, mo, eo, ctx, parse_count(batch, "--batch"), kv_budget, device, json_out)
         return
     if kv_budget is not None:
         raise KvplanError("--kv-budget applies to verify --run (the budget handed to vLLM's CPU build)")
@@ -435,14 +435,14 @@ def verify(
         raise CheckFailed(result.failure_line())
 
 
-def _verify_run(engine_name: str, mo: Any, eo: Any, ctx: str | None, kv_budget: str | None, device: str,
+def _verify_run(engine_name: str, mo: Any, eo: Any, ctx: str | None, batch: int, kv_budget: str | None, device: str,
                 json_out: bool) -> None:
     from kvplan.errors import CheckFailed
     from kvplan.units import parse_bytes
     from kvplan.verify import engine_run
 
     result = engine_run.run(engine_name, mo, eo, parse_tokens(ctx, "--ctx") if ctx is not None else None,
-                            parse_bytes(kv_budget, "--kv-budget") if kv_budget is not None else None, device)
+                            parse_bytes(kv_budget, "--kv-budget") if kv_budget is not None else None, device, batch)
     if json_out:
         _print_json(result.to_json())
     else:

@@ -480,8 +480,12 @@ def engine_run_view(r: Any) -> Group:
     head.add_row("model", f"{ref.id or ref.requested}  [dim]{ref.source}[/dim]")
     head.add_row("engine", f"{r.engine} on {r.device}, started in {r.seconds:.1f} s  [dim](kvplan rules {r.kvplan_engine})[/dim]")
     s = r.settings
-    head.add_row("settings", f"KV budget {fmt_int(s.get('budget_bytes'))} B, max_model_len {fmt_int(s.get('max_model_len'))}, "
-                             f"block {s.get('block_size')}, max_num_batched_tokens {fmt_int(s.get('max_num_batched_tokens'))}")
+    if "budget_bytes" in s:  # vLLM: what it was handed and resolved
+        head.add_row("settings", f"KV budget {fmt_int(s.get('budget_bytes'))} B, max_model_len "
+                                 f"{fmt_int(s.get('max_model_len'))}, block {s.get('block_size')}, max_num_batched_tokens "
+                                 f"{fmt_int(s.get('max_num_batched_tokens'))}")
+    else:
+        head.add_row("settings", ", ".join(f"{k} {v}" for k, v in s.items() if v is not None))
     t = Table(title="the engine's start-up figures vs kvplan", title_justify="left")
     for col, just in (("", "left"), ("engine", "right"), ("kvplan", "right"), ("", "left")):
         t.add_column(col, justify=just, no_wrap=True)

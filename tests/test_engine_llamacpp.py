@@ -23,9 +23,7 @@ from conftest import kvjson
 
 pytestmark = pytest.mark.engine
 
-ATTENTION = ("full", "mla", "sliding", "chunked")
-SLIDING = ("sliding", "chunked")
-STATE = ("mamba_state", "linear_state")
+from kvplan.verify.llamacpp_run import kvplan_lines, llamacpp_lines  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------------------- fixtures
@@ -58,50 +56,6 @@ def printed(llamacpp, gguf_dir):
 
 def kvplan_size(install: oracle.Install, gguf: Path, case: oracle.Case) -> dict[str, Any]:
     return kvjson("size", str(gguf), "--engine", f"llamacpp@{install.build}", *case.kvplan_args())
-
-
-# ---------------------------------------------------------------------------------------------- kvplan -> lines
-def _bytes(groups: list[dict], prefix: str) -> int:
-    return sum(t["bytes"] for g in groups for t in g["tensors"] if t["name"].startswith(prefix))
-
-
-def kvplan_lines(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """kvplan's plan rendered as the fields of llama.cpp's size lines: {role: {size, K, V, cells, seqs}} for the
-    attention caches (role kv, or base + swa for an iSWA cache) and {rs: {size, R, S, cells}} for recurrent state."""
-    det, groups = d["engine_details"], d["groups"]
-    att = [g for g in groups if g["kind"] in ATTENTION and g["tensors"]]
-    swa = [g for g in att if g["kind"] in SLIDING]
-    full = [g for g in att if g["kind"] not in SLIDING]
-    seqs = f"{det['n_seq_max']}/{det['streams']}"
-    out: dict[str, dict[str, Any]] = {}
-    roles = [("base", full, det["cells"]), ("swa", swa, det["swa_cells"])] if swa else [("kv", full, det["cells"])]
-    for role, gs, cells in roles:
-        if not gs:
-            continue
-        k, v = _bytes(gs, "K"), _bytes(gs, "V")
-        out[role] = {"size": oracle.printed_mib(k + v), "K": oracle.printed_mib(k), "V": oracle.printed_mib(v),
-                     "cells": cells, "seqs": seqs}
-    state = [g for g in groups if g["kind"] in STATE and g["tensors"]]
-    if state:
-        r, s = _bytes(state, "r"), _bytes(state, "s")
-        cells = {t["shape"][0] for g in state for t in g["tensors"]}
-        assert len(cells) == 1, cells
-        out["rs"] = {"size": oracle.printed_mib(r + s), "R": oracle.printed_mib(r), "S": oracle.printed_mib(s),
-                     "cells": cells.pop()}
-    return out
-
-
-def llamacpp_lines(p: oracle.Printed) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    for k in p.kv:
-        assert k.role not in out, f"two '{k.role}' KV caches printed"
-        out[k.role] = {"size": k.size, "K": k.k, "V": k.v, "cells": k.cells, "seqs": f"{k.seqs}/{k.streams}"}
-    for r in p.rs:
-        assert "rs" not in out, "two recurrent memories printed"
-        # P (PLE conv rows) is 0 for every family here; the total is R + S + P
-        assert r.p == "0.00", r.text
-        out["rs"] = {"size": r.size, "R": r.r, "S": r.s, "cells": r.cells}
-    return out
 
 
 # ---------------------------------------------------------------------------------------------- tests

@@ -96,6 +96,8 @@ class FakeCuda:
         self.fraction_calls: list[float] = []
         self.allocations = 0
         self.fail_next: Exception | None = None
+        self.fail_at: int | None = None  # out of memory at this allocation number (0-based)
+        self.settled: list[int] = []  # memory_allocated each time the allocator cache is emptied
         self.leak = 0
         self._real_empty = torch.empty
         mp = monkeypatch
@@ -109,7 +111,7 @@ class FakeCuda:
         mp.setattr(torch.cuda, "mem_get_info", lambda device=None: (self.free0 - self.reserved, self.total))
         mp.setattr(torch.cuda, "set_per_process_memory_fraction", self.set_fraction)
         mp.setattr(torch.cuda, "get_per_process_memory_fraction", lambda device=None: self.fraction)
-        mp.setattr(torch.cuda, "empty_cache", lambda: None)
+        mp.setattr(torch.cuda, "empty_cache", lambda: self.settled.append(self.allocated))
         mp.setattr(torch.cuda, "synchronize", lambda device=None: None)
 
     def set_fraction(self, fraction, device=None):
@@ -136,6 +138,8 @@ class FakeCuda:
         if self.fail_next is not None:
             e, self.fail_next = self.fail_next, None
             raise e
+        if self.fail_at is not None and self.allocations == self.fail_at:
+            raise torch.OutOfMemoryError("CUDA out of memory (fake, at a set allocation)")
         blk, seg = self.block(n)
         if self.reserved + seg > self.fraction * self.total or self.reserved + seg > self.free0:
             raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {n} bytes (fake)")
@@ -216,6 +220,33 @@ def test_out_of_memory_during_the_check_is_one_line(fake):
     r = run_cli("verify", "llama-3.2-1b", "--ctx", "1k")
     assert r.code == 2 and "ran out of memory" in r.err and r.err.count("\n") == 1
     assert fake.allocated == fake.reserved == 0
+
+
+def test_out_of_memory_in_a_later_group_frees_the_earlier_ones(fake):
+    """Gemma-2-9B under vLLM has two groups (sliding, full); running out of memory in the middle must not keep the
+    tensors already allocated alive through the exception: the allocator is settled with nothing held."""
+    fake.fail_at = 30
+    r = run_cli("verify", "gemma-2-9b", "--ctx", "8k", "--no-rss")
+    assert r.code == 2 and "ran out of memory" in r.err
+    assert fake.allocations == 30 and fake.settled[-1] == 0
+
+
+def test_free_memory_is_compared_in_segments(fake):
+    """Many 1.5 MiB tensors each take a 20 MiB segment's share: the refusal counts reserved segments. The plan's
+    bytes fit in free memory, its segments do not: refused before anything is allocated."""
+    from kvplan.engines.base import CachePlan, PlanGroup, Request, TensorAlloc
+    from kvplan.verify import allocate, measure
+
+    t = TensorAlloc("k", (1536 * 1024 - 600,), "uint8", count=40)
+    group = PlanGroup("full", (0,), 1, 1, 1, None, 1, "fp16", t.total_bytes, 0, (t,), "test")
+    plan = CachePlan("test", Request(1, 1), (group,), t.total_bytes, (), 0, {})
+    _, reserved, _ = measure.expected_allocator([t.nbytes] * t.count)
+    fake.free0 = (t.total_bytes + reserved) // 2
+    assert t.total_bytes < fake.free0 < reserved
+    backend = measure.open_backend("cuda")
+    with pytest.raises(Exception, match="counted in allocator segments"):
+        allocate.check_cuda(backend, plan)
+    assert fake.allocations == 0
 
 
 def test_device_index_out_of_range(fake):
@@ -336,3 +367,29 @@ def test_backend_measures_through_torch_cuda(fake):
     assert snap.allocated == 6144 and snap.reserved == 2 * MiB and snap.free == fake.free0 - 2 * MiB
     del x
     assert backend.snapshot().allocated == 0
+
+
+def test_allocator_settings_are_read_as_torch_reads_them():
+    """torch >= 2.8 (c10/core/AllocatorConfig.h): PYTORCH_ALLOC_CONF is primary for the device-generic settings,
+    PYTORCH_CUDA_ALLOC_CONF the legacy, lower-priority name; max_non_split_rounding_mb is read; a list value with
+    commas inside brackets is one setting; keys the model does not reproduce are named."""
+    both = {"PYTORCH_ALLOC_CONF": "max_split_size_mb:64", "PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:256"}
+    model, _ = measure.allocator_config(both)
+    assert model.max_split_size == 64 * MiB
+    model, _ = measure.allocator_config({"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:256"})
+    assert model.max_split_size == 256 * MiB
+    model, notes = measure.allocator_config(
+        {"PYTORCH_ALLOC_CONF": "max_split_size_mb:64,max_non_split_rounding_mb:40,"
+                               "roundup_power2_divisions:[256:4,>:1],pinned_use_background_threads:true"})
+    assert model.max_split_size == 64 * MiB and model.max_non_split_rounding == 40 * MiB
+    assert notes == ["allocator setting roundup_power2_divisions is not modelled"]
+
+
+def test_max_non_split_rounding_decides_whether_an_oversized_block_is_reused():
+    """With max_split_size 64 MiB, a cached 100 MiB block serves a 70 MiB request only when the 30 MiB it would
+    waste is within max_non_split_rounding (20 MiB, the default: no, a new segment; 40 MiB: yes)."""
+    for rounding, new_segments in ((20 * MiB, 1), (40 * MiB, 0)):
+        model = measure.AllocatorModel(max_split_size=64 * MiB, max_non_split_rounding=rounding)
+        model.free_large.append(100 * MiB)
+        model.malloc(70 * MiB)
+        assert model.segments == new_segments, rounding

@@ -75,13 +75,6 @@ def test_max_ctx_lands_within_one_block(model, engine, batch, extra):
     assert d["passed"] and d["ctx"] == m and d["batch"] == batch
 
 
-def test_weights_beyond_the_limit_leave_no_budget():
-    d = kvjson("verify", "llama-3.1-8b", "--ctx", "4k", "--fit", "--memory-limit", "8GiB", "--device", "cpu")
-    assert d["fit"]["kv_budget_bytes"] < 0
-    assert d["predicted_max_batch"] == d["measured_max_batch"] == 0 and d["fit"]["trials"] == []
-    assert d["passed"]
-
-
 def test_a_budget_of_a_few_bytes_fails_the_trial_not_the_child():
     w = _limit("gpt2", "vllm", 0)
     d = kvjson("verify", "gpt2", "--ctx", "1024", "--fit", "--memory-limit", f"{w + 1}B", "--device", "cpu")
@@ -146,3 +139,10 @@ def test_within_one_step():
     # vLLM blocks of 16 tokens: ctx 17..32 hold the same blocks, 33 the next
     assert fitcheck.within_one_step(s.prepared, "ctx", 0, 1, 17, 48)
     assert not fitcheck.within_one_step(s.prepared, "ctx", 0, 1, 16, 49)
+
+
+def test_fit_with_no_room_for_the_weights_is_bad_input_not_a_pass():
+    """Llama-2-7B's 12.55 GiB of weights in a 1 GiB limit: nothing can be bisected, so no PASS after 0 allocations."""
+    r = run_cli("verify", "llama-2-7b", "--ctx", "1k", "--memory-limit", "1GiB", "--fit", "--device", "cpu")
+    assert r.code == 2 and r.err.count("\n") == 1
+    assert "leave no KV budget" in r.err and "12.55 GiB" in r.err

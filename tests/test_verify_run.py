@@ -10,10 +10,13 @@ from conftest import run_cli
 
 
 def test_run_names_the_engines_it_can_start():
-    r = run_cli("verify", "gpt2", "--run", "llamacpp")
-    assert r.code == 2 and r.err.count("\n") == 1 and "accepts: vllm" in r.err
     r = run_cli("verify", "gpt2", "--run", "tensorflow")
-    assert r.code == 2 and "accepted: vllm" in r.err
+    assert r.code == 2 and r.err.count("\n") == 1 and "accepted: vllm, llamacpp" in r.err
+
+
+def test_run_llamacpp_needs_a_gguf_file():
+    r = run_cli("verify", "gpt2", "--run", "llamacpp")
+    assert r.code == 2 and r.err.count("\n") == 1 and "needs a local .gguf file" in r.err
 
 
 def test_kv_budget_belongs_to_run():
@@ -57,6 +60,31 @@ def test_run_vllm_on_a_real_config_agrees_and_a_wrong_rule_fails(monkeypatch):
     wrong = run_cli("verify", "gpt2", "--run", "vllm", "--device", "cpu", "--ctx", "1024")
     assert wrong.code == 1
     assert "kvplan disagrees with the engine" in wrong.err and "KV cache tokens" in wrong.err
+
+
+@pytest.mark.engine
+def test_run_llamacpp_on_a_gguf_agrees_and_a_wrong_rule_fails(tmp_path, monkeypatch):
+    """A GGUF with sliding-window layers (gemma-3 layout, scaled) on the installed llama.cpp, two sequences: every
+    size line equals kvplan's; one layer more in kvplan's llama.cpp plan and the same run exits 1."""
+    import oracle_llamacpp as oracle
+    from kvplan.engines import layout
+
+    gguf = oracle.write_model("gemma3", tmp_path)
+    args = ("verify", str(gguf), "--run", "llamacpp", "--ctx", "3000", "--batch", "2", "--json")
+    r = run_cli(*args)
+    assert r.code == 0, r.err
+    d = r.json()
+    assert d["passed"] and d["run"].startswith("llama.cpp b")
+    assert {row["what"].split()[0] for row in d["rows"]} == {"base", "swa", "n_ctx"}
+    kept = layout.kept
+
+    def one_layer_more(engine, rules, caches):
+        out = kept(engine, rules, caches)
+        return out + ((out[-1][0] + 1, out[-1][1]),)
+
+    monkeypatch.setattr(layout, "kept", one_layer_more)
+    wrong = run_cli(*args[:-1])
+    assert wrong.code == 1 and "kvplan disagrees with the engine" in wrong.err
 
 
 @pytest.mark.cuda

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import traceback
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -141,7 +142,9 @@ def check_cuda(backend: Any, plan: CachePlan) -> AllocationCheck:
     backend.settle()
     before = backend.snapshot()
     available = before.free + max(0, before.reserved - before.allocated)
-    refuse_if_too_large(max(exp_alloc, plan.kv_bytes), available, f"{backend.info.device} (free memory)")
+    # what the device must supply is whole segments (memory_reserved growth), not the allocated bytes
+    needed = max(exp_reserved if exp_reserved is not None else exp_alloc, exp_alloc, plan.kv_bytes)
+    refuse_if_too_large(needed, available, f"{backend.info.device} (free memory, counted in allocator segments)")
     groups = [GroupMeasure(g.kind, len(g.layer_ids), g.bytes) for g in plan.groups]
     # expected per group: the same model, run over the groups in order
     from kvplan.verify.measure import allocator_config
@@ -159,12 +162,15 @@ def check_cuda(backend: Any, plan: CachePlan) -> AllocationCheck:
         backend.torch.cuda.synchronize(backend.info.device)
         during = backend.snapshot()
     except backend.oom_errors as e:
+        traceback.clear_frames(e.__traceback__)  # the failed group's partial list lives in those frames
         raise EnvironmentProblem(f"{backend.info.device} ran out of memory while allocating the plan although "
                                  f"{available:,} B were free before (another process?): "
                                  f"{str(e).splitlines()[0][:160]}") from None
     except RuntimeError as e:
+        traceback.clear_frames(e.__traceback__)
         raise EnvironmentProblem(f"{backend.info.device}: allocation failed: {str(e).splitlines()[0][:200]}") from None
     finally:
+        tensors.clear()  # the list is also referenced from the failed call's frame while an error propagates
         del tensors
         backend.settle()
     after = backend.snapshot()

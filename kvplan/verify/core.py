@@ -169,6 +169,11 @@ def run(mo: Any, eo: Any, ctx: int | None, batch: int = 1, opts: VerifyOptions =
         mode = "batch" if ctx is not None else "ctx"
         pred = fitcheck.predicted_fit(s, mo, eo, ctx, batch, memory_limit=opts.memory_limit,
                                        device_name=backend.info.name, device_total=backend.info.total_bytes)
+        if pred.kv_budget_bytes <= 0:
+            where = "--memory-limit" if pred.source == "memory limit" else "this device's engine budget"
+            raise InputError(f"--fit: the predicted weights ({fmt_bytes(pred.weight_bytes)}) leave no KV budget in "
+                             f"{where} ({fmt_bytes(pred.kv_budget_bytes)} left): there is nothing to bisect; give "
+                             "more memory or a smaller model")
         prepared = pred.prepared or s.prepared
         run_ctx = ctx if ctx is not None else 1
         if backend.kind == "cuda":

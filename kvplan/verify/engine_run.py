@@ -1,4 +1,4 @@
-"""`kvplan verify MODEL --run vllm`: start the installed engine itself on the model's config (dummy weights, this
+"""`kvplan verify MODEL --run vllm|llamacpp`: start the installed engine itself on the model's config (dummy weights, this
 machine's device: CUDA when there, CPU otherwise), read what it decided for its KV cache, and put kvplan's answer
 for the very same settings beside it. Unlike the allocation check, this checks kvplan's rules against the engine.
 
@@ -24,7 +24,7 @@ from typing import Any
 from kvplan.errors import EnvironmentProblem, InputError
 from kvplan.units import GiB
 
-ENGINES = ("vllm",)
+ENGINES = ("vllm", "llamacpp")
 VLLM_PYTHON_ENV = "KVPLAN_VLLM_PYTHON"
 DEFAULT_CPU_KV_GIB = 1
 START_TIMEOUT_S = 900
@@ -214,13 +214,85 @@ def _compare_vllm(mo: Any, eo: Any, r: dict[str, Any], version: str, seconds: fl
                            seconds, notes)
 
 
-def run(engine: str, mo: Any, eo: Any, ctx: int | None, kv_budget: int | None, device: str) -> EngineRunResult:
+# kvplan KV dtype -> llama.cpp -ctk/-ctv
+_LLAMA_CACHE_TYPE = {"fp16": "f16", "fp32": "f32", "bf16": "bf16", "q8_0": "q8_0", "q4_0": "q4_0", "q4_1": "q4_1",
+                     "q5_0": "q5_0", "q5_1": "q5_1", "iq4_nl": "iq4_nl"}
+
+
+def llamacpp_args(ctx: int, batch: int, kvd: Any, knobs: dict[str, Any]) -> list[str]:
+    """kvplan's request and knobs as llama.cpp flags: B requests of C tokens = -np B -c B*C."""
+    args = ["-c", str(batch * ctx), "-npl", str(batch)]
+    if knobs.get("kv_unified"):
+        args.append("--kv-unified")
+    if knobs.get("swa_full"):
+        args.append("--swa-full")
+    if knobs.get("ubatch"):
+        args += ["-ub", str(knobs["ubatch"])]
+    if knobs.get("flash_attn") is not None:
+        args += ["-fa", "on" if knobs["flash_attn"] else "off"]
+    if kvd.source == "flag":
+        for flag, d in (("-ctk", kvd.k), ("-ctv", kvd.v)):
+            if d.name not in _LLAMA_CACHE_TYPE:
+                raise InputError(f"llama.cpp has no cache type for {d.name}; accepted: {', '.join(_LLAMA_CACHE_TYPE)}")
+            args += [flag, _LLAMA_CACHE_TYPE[d.name]]
+    return args
+
+
+def run_llamacpp(mo: Any, eo: Any, ctx: int | None, batch: int) -> EngineRunResult:
+    """Start llama.cpp on the GGUF file with kvplan's request as its flags; compare every cache size line (MiB as
+    llama.cpp prints them, K, V, R, S, cells, sequences/streams) with kvplan's llama.cpp plan."""
+    from kvplan import sizing
+    from kvplan.engines import split_engine
+    from kvplan.verify import llamacpp_run
+
+    if eo.engine is not None and split_engine(eo.engine)[0] != "llamacpp":
+        raise InputError(f"--run llamacpp compares with kvplan's llamacpp rules; drop --engine {eo.engine}")
+    if eo.tp > 1 or eo.pp > 1:
+        raise InputError("--run starts one engine on one device; --tp/--pp are not supported with --run")
+    resolved, spec = sizing.load_spec(mo)
+    path = Path(resolved.ref.path) if resolved.ref.path else None
+    if resolved.extras.get("gguf") is None or path is None or not path.is_file():
+        raise InputError("--run llamacpp needs a local .gguf file (llama.cpp loads the model file; a Hub GGUF can be "
+                         "downloaded first with huggingface-cli download)")
+    install = llamacpp_run.find_install()
+    k_eo = replace(eo, engine=f"llamacpp@{install.build}")
+    ctx = ctx or min(spec.max_ctx or 4096, 4096)
+    s = sizing.setup(mo, k_eo, loaded=(resolved, spec))
+    args = llamacpp_args(ctx, batch, s.kvd, eo.knobs)
+    t0 = time.monotonic()
+    p = llamacpp_run.run(install, path, args, timeout=START_TIMEOUT_S)
+    seconds = round(time.monotonic() - t0, 1)
+    if p.rc != 0:
+        raise EnvironmentProblem(f"--run llamacpp: llama.cpp {install.build} refused {' '.join(args)}: {p.error}")
+    planned = sizing.size(mo, k_eo, ctx, batch, loaded=(resolved, spec)).to_json()
+    ours = llamacpp_run.kvplan_lines(planned)
+    theirs = llamacpp_run.llamacpp_lines(p)
+    if not theirs:
+        raise EnvironmentProblem(f"--run llamacpp: llama.cpp {install.build} printed no cache size line")
+    rows = []
+    for role in sorted(set(theirs) | set(ours), key=["kv", "base", "swa", "main", "indexer", "rs"].index):
+        a, b = theirs.get(role, {}), ours.get(role, {})
+        for key in dict.fromkeys([*a, *b]):
+            unit = " MiB" if key in ("size", "K", "V", "R", "S") else ""
+            rows.append(Row(f"{role} {key}{unit}", a.get(key), b.get(key), True))
+    n_ctx = p.context.get("n_ctx")
+    rows.append(Row("n_ctx", int(n_ctx) if n_ctx else None, planned["engine_details"].get("n_ctx"), True))
+    settings = {"build": install.build, "flags": " ".join(args)}
+    notes = ["llama.cpp's own size lines (llama-batched-bench, -npl B = n_seq_max B as llama-server -np B) beside "
+             "kvplan's plan rendered the way llama.cpp prints (MiB of a float32, 2 decimals)"]
+    return EngineRunResult(f"llama.cpp {install.build}", s.engine.label, "cpu", s.ref, settings, rows, seconds, notes)
+
+
+def run(engine: str, mo: Any, eo: Any, ctx: int | None, kv_budget: int | None, device: str,
+        batch: int = 1) -> EngineRunResult:
     name = engine.strip().lower()
+    name = {"llama.cpp": "llamacpp"}.get(name, name)
     if name not in ENGINES:
-        if name in ("llamacpp", "llama.cpp"):
-            raise InputError("--run llamacpp is not available yet: the llama.cpp engine tier (pytest -m engine) "
-                             "checks kvplan against llama.cpp today; --run accepts: vllm")
         raise InputError(f"--run {engine!r}: accepted: {', '.join(ENGINES)}")
+    if name == "llamacpp":
+        if kv_budget is not None:
+            raise InputError("--kv-budget applies to --run vllm on CPU; llama.cpp sizes its cache from -c and -np")
+        return run_llamacpp(mo, eo, ctx, batch)
     from kvplan.verify import measure
 
     kind = measure.open_backend(device).kind

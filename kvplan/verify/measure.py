@@ -78,6 +78,7 @@ class AllocatorModel:
 
     expandable_segments: bool = False
     max_split_size: int | None = None
+    max_non_split_rounding: int = K_LARGE_BUFFER  # an oversized cached block is used within this much (20 MiB)
     allocated: int = 0
     reserved: int = 0
     segments: int = 0
@@ -112,7 +113,7 @@ class AllocatorModel:
         if mss is not None:
             if size < mss <= best:
                 return None
-            if size >= mss and best >= size + K_LARGE_BUFFER:
+            if size >= mss and best >= size + self.max_non_split_rounding:
                 return None
         pool.remove(best)
         return best
@@ -125,29 +126,57 @@ class AllocatorModel:
         return remaining > K_SMALL_SIZE
 
 
+_NOT_MODELLED = ("roundup_power2_divisions", "garbage_collection_threshold", "release_lock_on_cudamalloc",
+                 "graph_capture_record_stream_reuse", "per_process_memory_fraction")
+
+
 def allocator_config(env: dict[str, str] | None = None) -> tuple[AllocatorModel, list[str]]:
-    """An empty AllocatorModel configured as PYTORCH_CUDA_ALLOC_CONF / PYTORCH_ALLOC_CONF say, and notes on what
-    the model does not reproduce."""
+    """An empty AllocatorModel configured as torch >= 2.8 reads the environment, and notes on what the model does
+    not reproduce. The device-generic settings modelled here (max_split_size_mb, max_non_split_rounding_mb,
+    expandable_segments) come from c10's AcceleratorAllocatorConfig, for which PYTORCH_ALLOC_CONF is primary and
+    PYTORCH_CUDA_ALLOC_CONF the lower-priority legacy name (c10/core/AllocatorConfig.h)."""
     env = os.environ if env is None else env
-    text = env.get("PYTORCH_CUDA_ALLOC_CONF") or env.get("PYTORCH_ALLOC_CONF") or ""
+    text = env.get("PYTORCH_ALLOC_CONF") or env.get("PYTORCH_CUDA_ALLOC_CONF") or ""
     model, notes = AllocatorModel(), []
-    for part in filter(None, (p.strip() for p in text.split(","))):
+    for part in _settings(text):
         key, _, value = part.partition(":")
         key, value = key.strip(), value.strip()
         if key == "expandable_segments":
             model.expandable_segments = value.lower() == "true"
-        elif key == "max_split_size_mb":
+        elif key in ("max_split_size_mb", "max_non_split_rounding_mb"):
             try:
-                model.max_split_size = int(float(value) * MiB)
+                mib = int(float(value) * MiB)
             except ValueError:
                 notes.append(f"allocator setting {part!r} not understood")
-        elif key == "backend" and value != "native":
-            notes.append(f"allocator backend {value}: the native caching allocator's rounding is not modelled")
-        elif key in ("roundup_power2_divisions", "pinned_use_cuda_host_register", "garbage_collection_threshold"):
+                continue
+            if key == "max_split_size_mb":
+                model.max_split_size = mib
+            else:
+                model.max_non_split_rounding = mib
+        elif key == "backend":
+            if value != "native":
+                notes.append(f"allocator backend {value}: the native caching allocator's rounding is not modelled")
+        elif key.startswith("pinned_"):
+            continue  # the host (pinned) allocator: no device memory
+        elif key in _NOT_MODELLED or key:
             notes.append(f"allocator setting {key} is not modelled")
     if model.expandable_segments:
         notes.append("expandable_segments: blocks split from 512 B; reserved grows in pages (reserved not modelled)")
     return model, notes
+
+
+def _settings(text: str) -> list[str]:
+    """`a:1,b:[x:1,y:2],c:true` -> ['a:1', 'b:[x:1,y:2]', 'c:true'] (commas inside brackets stay)."""
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        depth += (ch == "[") - (ch == "]")
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    out.append(cur.strip())
+    return [p for p in out if p]
 
 
 def expected_allocator(sizes: list[int], env: dict[str, str] | None = None) -> tuple[int, int | None, list[str]]:
