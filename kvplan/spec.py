@@ -30,9 +30,15 @@ class LayerCache:
 
 @dataclass(frozen=True)
 class NoCache(LayerCache):
-    """A layer that keeps nothing (an MLP-only block, a no-op attention)."""
+    """A layer that keeps nothing (an MLP-only block, a no-op attention). zero_kv_heads: an attention layer with no
+    KV heads (Nemotron-NAS no-op/linear blocks, a GGUF's head_count_kv 0): llama.cpp keeps such a layer in its
+    cache with a zero-width K, and with flash attention off a V row as wide as the widest layer's."""
 
     kind: ClassVar[str] = "none"
+    zero_kv_heads: bool = False
+
+    def describe(self) -> str:
+        return "no cache (attention without KV heads)" if self.zero_kv_heads else "no cache"
 
 
 @dataclass(frozen=True)

@@ -280,7 +280,8 @@ def _caches(k: _Keys, a: Arch, n: int) -> tuple[list[tuple[int, LayerCache]], li
             if not a.attends_too:
                 continue
         if kv[il] == 0:
-            caches.append((il, NoCache()))
+            # a plain llama_kv_cache keeps such a layer (zero-width K); a hybrid's attention cache leaves it out
+            caches.append((il, NoCache(zero_kv_heads=state is None)))
         elif a.mla and (latent := _latent(k, kv[il], dk)) is not None:
             caches.append((il, latent))
         elif swa[il] and a.swa == "chunked":

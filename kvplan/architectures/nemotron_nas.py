@@ -29,7 +29,7 @@ def build(top: Cfg, c: Cfg):
     for i, block in enumerate(blocks):
         attn, ffn = block.get("attention", {}) or {}, block.get("ffn", {}) or {}
         if attn.get("no_op") or attn.get("replace_with_linear"):
-            caches.append((i, NoCache()))
+            caches.append((i, NoCache(zero_kv_heads=True)))
             if attn.get("replace_with_linear"):
                 weights += base.linear("self_attn.linear_attn", h, h, layer=i)
         else:

@@ -109,6 +109,7 @@ class KVCells:
         """Tensors of one layer and the bytes one more cell adds to it."""
         n = cl.swa if self.swa else cl.base
         k, v = c.token_elems(c.kv_heads)
+        v = p.v_row or v
         return [tensor("K", (cl.streams * n, k), p.kvd.k), tensor("V", (cl.streams * n, v), p.kvd.v)], \
             p.kvd.k.nbytes(k) + p.kvd.v.nbytes(v)
 
@@ -135,6 +136,17 @@ class LatentCells(KVCells):
             out.append(tensor("V", (cl.streams * cl.base, c.kv_lora_rank), p.kvd.v))
             row += p.kvd.v.nbytes(c.kv_lora_rank)
         return out, row
+
+
+@dataclass(frozen=True)
+class ZeroHeadCells(KVCells):
+    """An attention layer without KV heads: in the cache with a zero-width K; with -fa off (V stored transposed) it
+    still gets a V row of the widest layer's width (src/llama-kv-cache.cpp: n_embd_v_gqa_max() when v_trans)."""
+
+    def layer(self, c: NoCache, cl: Cells, batch: int, p: "Prepared") -> tuple[list, int]:
+        if not (c.zero_kv_heads and p.v_row):
+            return [], 0
+        return [tensor("V", (cl.streams * cl.base, p.v_row), p.kvd.v)], p.kvd.v.nbytes(p.v_row)
 
 
 @dataclass(frozen=True)
@@ -166,7 +178,7 @@ KIND_RULES: dict[type, Any] = {
     MambaState: RecurrentRows(),
     LinearAttentionState: RecurrentRows(),
     SharedKV: layout.NO_CACHE,
-    NoCache: layout.NO_CACHE,
+    NoCache: ZeroHeadCells(),
 }
 
 
@@ -198,6 +210,19 @@ class Prepared(layout.StagedLayout):
         ws = [c.span for _, c in self.spec.caches if getattr(KIND_RULES.get(type(c)), "swa", False)]
         return max(ws) if ws else 0
 
+    @property
+    def v_row(self) -> int | None:
+        """With flash attention off llama.cpp stores V transposed and gives every layer of the cache a V row of
+        n_embd_v_gqa_max(), the widest over all layers (src/llama-kv-cache.cpp); None when each keeps its own."""
+        if self.flash_attn:
+            return None
+        widths = [c.token_elems(c.kv_heads)[1] for _, c in self.spec.caches
+                  if isinstance(c, FullAttention) and not isinstance(c, CrossAttention)]
+        zero_heads = any(isinstance(c, NoCache) and c.zero_kv_heads for _, c in self.spec.caches)
+        if not widths or (len(set(widths)) == 1 and not zero_heads):
+            return None
+        return max(widths)
+
     def cells(self, ctx: int, batch: int) -> Cells:
         return cells(ctx, batch, self.selected.rules, self.unified, self.ubatch, self.swa_full, self.n_swa(), self.flash_attn)
 
@@ -209,6 +234,9 @@ class Prepared(layout.StagedLayout):
                 out.append(layout.no_cache_group(c, layers))
                 continue
             per_layer, row = rule.layer(c, cl, batch, self)
+            if not per_layer and isinstance(rule, ZeroHeadCells):
+                out.append(layout.no_cache_group(c, layers))
+                continue
             tensors = tuple(replace(t, count=len(layers)) for t in per_layer)
             out.append(PlanGroup(
                 kind=c.kind, layer_ids=tuple(layers), tokens=rule.tokens(cl), dtype=rule.dtype_label(self),

@@ -265,7 +265,7 @@ def printed_mib(nbytes: int) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- the comparison
-ATTENTION = ("full", "mla", "sliding", "chunked")
+ATTENTION = ("full", "mla", "sliding", "chunked", "none")  # "none": a zero-head layer's padded V row (-fa off)
 SLIDING = ("sliding", "chunked")
 STATE = ("mamba_state", "linear_state")
 
