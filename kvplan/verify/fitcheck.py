@@ -31,7 +31,7 @@ from typing import Any, Callable
 from kvplan.engines.base import CachePlan
 from kvplan.errors import EnvironmentProblem, InputError
 from kvplan.units import fmt_bytes
-from kvplan.verify.measure import expected_allocator, python_executable
+from kvplan.verify.measure import allocator_config, expected_allocator, python_executable
 
 UNBOUNDED_CTX = 1 << 20  # search limit for the context of models whose cache stops growing
 MAX_TRIALS = 64
@@ -289,20 +289,29 @@ def cuda_fit(backend: Any, prepared: Any, mode: str, ctx: int, batch: int, pred:
         fraction_set = True
 
         def ok(n: int) -> bool:
+            """Does plan n allocate when the device may reserve the KV budget plus the segment rounding that
+            allocating the plan tensor by tensor adds (the allocator model's figure for exactly these tensors,
+            after the weights)? The engine allocates its pool in one piece, so that rounding is verify's own,
+            not the engine's; the cap must not count it against the budget. An allocator that rounds more than
+            the model fails here."""
             if len(fc.trials) >= MAX_TRIALS:
                 raise EnvironmentProblem(f"--fit: no answer after {MAX_TRIALS} allocations")
             plan = plan_of(n)
+            rounding = _rounding_after(pred.weight_bytes, plan)
+            fraction = min(1.0, (held.reserved + pred.kv_budget_bytes + rounding) / total)
+            backend.set_fraction(fraction)
+            fc.fraction = fraction
             tensors = []
             try:
                 for t in plan.tensors:
                     for _ in range(t.count):
                         tensors.append(backend.new(t.shape, t.dtype))
                 snap = backend.snapshot()
-                fc.trials.append({"n": n, "ok": True, "plan_bytes": plan.kv_bytes,
+                fc.trials.append({"n": n, "ok": True, "plan_bytes": plan.kv_bytes, "rounding_bytes": rounding,
                                   "reserved_bytes": snap.reserved - held.reserved})
                 return True
             except oom:
-                fc.trials.append({"n": n, "ok": False, "plan_bytes": plan.kv_bytes})
+                fc.trials.append({"n": n, "ok": False, "plan_bytes": plan.kv_bytes, "rounding_bytes": rounding})
                 return False
             except RuntimeError as e:  # anything but an out-of-memory is a broken device, not an answer
                 raise EnvironmentProblem(f"--fit: {backend.info.device} failed while allocating: "
@@ -320,6 +329,22 @@ def cuda_fit(backend: Any, prepared: Any, mode: str, ctx: int, batch: int, pred:
         del weights
         backend.settle()
     return _finish(fc, prepared)
+
+
+def _rounding_after(weight_bytes: int, plan: CachePlan) -> int:
+    """Segment bytes the caching allocator reserves beyond the plan's bytes when the plan's tensors are allocated
+    one by one after the weights buffer (the allocator model, configured from the environment); 0 where it does
+    not model reserved memory (expandable segments)."""
+    model, _ = allocator_config()
+    if weight_bytes > 0:
+        model.malloc(weight_bytes)
+    start = model.reserved
+    for t in plan.tensors:
+        for _ in range(t.count):
+            model.malloc(t.nbytes)
+    if model.expandable_segments:
+        return 0
+    return max(0, model.reserved - start - plan.kv_bytes)
 
 
 # ---------------------------------------------------------------------------------------------- CPU
