@@ -37,6 +37,7 @@ class FitResult:
     assumptions: tuple[str, ...]
     replicas: int = 1
     kv_bytes_per_token: int = 0  # of the plan at (ctx, 1) the result was solved with
+    kv_budget_source: str = "estimated"  # flag (--kv-budget / kv_budget) | estimated (the budget model)
 
     @property
     def kv_budget_bytes(self) -> int:
@@ -57,6 +58,7 @@ class FitResult:
             "weight_bytes": self.weight_bytes,
             "weights_fit": self.weights_fit,
             "kv_budget_bytes": self.kv_budget_bytes,
+            "kv_budget_source": self.kv_budget_source,
             "kv_capacity_tokens": c.kv_capacity_tokens,
             "max_batch": self.max_batch,
             "engine_batch_cap": c.engine_batch_cap,
@@ -160,7 +162,8 @@ def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int |
     fits = min(kv) > 0 and max_b >= 1
     stage = plan.limiting_stage
     return FitResult(s, gpu, ctx, requested, batch, weight_per_stage[stage], budgets, cap, max_b, max_ctx, fits, front,
-                     tuple(warnings), tuple(assumptions), replicas, plan.kv_bytes_per_token)
+                     tuple(warnings), tuple(assumptions), replicas, plan.kv_bytes_per_token,
+                     "flag" if kv_budget is not None else "estimated")
 
 
 def _hold_back(b: Budget, headroom: float) -> Budget:

@@ -118,3 +118,10 @@ def test_bad_input_is_one_line_exit_2(args, needle):
 def test_ctx_above_model_max_is_clamped_and_flagged():
     r = kvjson("fit", "--gpu", "H100", "--model", "llama-2-7b", "--ctx", "8k")["results"][0]
     assert r["ctx"] == 4096 and r["ctx_clamped"] and any("clamped" in w for w in r["warnings"])
+
+
+def test_fit_says_where_the_kv_budget_came_from():
+    estimated = kvjson("fit", "--gpu", "L4", "--model", "llama-3.1-8b")["results"][0]
+    given = kvjson("fit", "--gpu", "L4", "--model", "llama-3.1-8b", "--kv-budget", "5GiB")["results"][0]
+    assert estimated["kv_budget_source"] == "estimated"
+    assert given["kv_budget_source"] == "flag" and given["kv_budget_bytes"] == 5 << 30
