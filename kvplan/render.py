@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Iterable
 
 from rich.console import Console, Group
@@ -309,7 +310,10 @@ def check_junit(report: Any) -> str:
     root.set("failures", str(failures))
     root.set("errors", str(errors))
     ET.indent(root)
-    return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+    xml = ET.tostring(root, encoding="unicode")
+    # ElementTree writes control characters as they are, which XML 1.0 forbids (a malformed report)
+    xml = re.sub(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff]", "\ufffd", xml)
+    return '<?xml version="1.0" encoding="utf-8"?>\n' + xml + "\n"
 
 
 def _gh_data(text: str) -> str:
@@ -333,8 +337,8 @@ def check_github(report: Any) -> str:
             lines.append(f"::error {loc}::{_gh_data(f'{r.name}: {r.reason}')}")
         for w in r.warnings:
             lines.append(f"::warning {loc}::{_gh_data(f'{r.name}: {w}')}")
-    for r in report.results:
-        lines.append(f"{'PASS' if r.passed else 'FAIL'} {r.name} ({r.file}:{r.line}): {r.reason}")
+    for r in report.results:  # names come from the YAML: no newline may start a workflow command of its own
+        lines.append(_gh_data(f"{'PASS' if r.passed else 'FAIL'} {r.name} ({r.file}:{r.line}): {r.reason}"))
     failed = sum(not r.passed for r in report.results)
     invalid = sum(not f.valid for f in report.files)
     lines.append(f"kvplan check: {len(report.results) - failed} passed, {failed} failed"

@@ -21,6 +21,8 @@ _BYTE_UNITS = {
     "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40,
 }
 _TOKEN_RE = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
+MAX_COUNT = 1 << 40  # tokens, requests, GPUs: far beyond any model or deployment (a 5,000-digit value is a typo)
+MAX_BYTES = 1 << 60  # 1 EiB
 _BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
 
 
@@ -33,11 +35,21 @@ def _suffixed_int(text: str | int, what: str, expected: str) -> int:
     else:
         m = _TOKEN_RE.match(str(text))
         if not m:
-            raise InputError(f"{what}: {text!r} is not {expected}")
+            raise InputError(f"{what}: {_shown(text)} is not {expected}")
+        if len(m.group(1).lstrip("0")) > 15:
+            raise InputError(f"{what}: {_shown(text)} is too large (at most {MAX_COUNT:,})")
         value = int(m.group(1)) * _TOKEN_SUFFIX[m.group(2).lower()]
     if value <= 0:
-        raise InputError(f"{what}: must be {expected}, got {text!r}")
+        raise InputError(f"{what}: must be {expected}, got {_shown(text)}")
+    if value > MAX_COUNT:
+        raise InputError(f"{what}: {_shown(text)} is too large (at most {MAX_COUNT:,})")
     return value
+
+
+def _shown(text: object) -> str:
+    """A value echoed in an error, cut to a readable length."""
+    r = repr(text)
+    return r if len(r) <= 40 else r[:37] + "..."
 
 
 def parse_tokens(text: str | int, what: str = "token count") -> int:
@@ -58,6 +70,8 @@ def parse_bytes(text: str | int, what: str = "size") -> int:
         value = text
     else:
         m = _BYTES_RE.match(str(text))
+        if m and len(m.group(1).split(".")[0].lstrip("0")) > 19:
+            raise InputError(f"{what}: {_shown(text)} is too large (at most 1 EiB)")
         unit = m.group(2).lower() if m else None
         if not m or unit not in _BYTE_UNITS:
             raise InputError(
@@ -70,7 +84,9 @@ def parse_bytes(text: str | int, what: str = "size") -> int:
             raise InputError(f"{what}: {text!r} is not a size") from None
         value = int((number * _BYTE_UNITS[unit]).to_integral_value(rounding=ROUND_FLOOR))
     if value <= 0:
-        raise InputError(f"{what}: must be a positive size, got {text!r}")
+        raise InputError(f"{what}: must be a positive size, got {_shown(text)}")
+    if value > MAX_BYTES:
+        raise InputError(f"{what}: {_shown(text)} is too large (at most 1 EiB)")
     return value
 
 

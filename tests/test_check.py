@@ -457,3 +457,28 @@ def test_json_is_parseable_with_json_flag():
     r = run_cli("check", str(EXAMPLE), "--json")
     assert r.code == 1 and json.loads(r.out)["summary"] == {"deployments": 3, "passed": 2, "failed": 1,
                                                             "invalid_files": 0}
+
+
+HOSTILE_NAME = """\
+deployments:
+  - name: "ok\\n::add-mask::secret\\u0007"
+    model: llama-3.2-1b
+    gpu: L4
+    ctx: 8192
+"""
+
+
+def test_github_output_never_lets_a_name_start_a_workflow_command(tmp_path):
+    """A deployment name with a newline must not inject `::add-mask::` (or anything) as a line of its own."""
+    r = run_cli("check", write(tmp_path, HOSTILE_NAME), "--format", "github")
+    assert r.code == 0, r.err
+    assert not any(line.startswith("::add-mask") for line in r.out.splitlines())
+    assert "%0A::add-mask::secret" in r.out
+
+
+def test_junit_stays_well_formed_with_control_characters(tmp_path):
+    out = tmp_path / "report.xml"
+    r = run_cli("check", write(tmp_path, HOSTILE_NAME), "--format", "junit", "--output", str(out))
+    assert r.code == 0, r.err
+    root = ET.parse(out).getroot()  # raises on a control character XML 1.0 forbids
+    assert root.get("tests") == "1"
