@@ -135,12 +135,15 @@ class FakeCuda:
         if device is None or not str(device).startswith("cuda"):
             return self._real_empty(*shape, dtype=dtype, device=device, **kw)
         t = self._real_empty(*shape, dtype=dtype, device="meta")
-        n = t.numel() * t.element_size()
         if self.fail_next is not None:
             e, self.fail_next = self.fail_next, None
             raise e
         if self.fail_at is not None and self.allocations == self.fail_at:
             raise torch.OutOfMemoryError("CUDA out of memory (fake, at a set allocation)")
+        return self._allocate(t, t.numel() * t.element_size())
+
+    def _allocate(self, t, n: int):
+        """One tensor alone in its own segment."""
         blk, seg = self.block(n)
         if self.reserved + seg > self.fraction * self.total or self.reserved + seg > self.free0:
             raise torch.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {n} bytes (fake)")
@@ -181,14 +184,7 @@ class AllocatorCuda(FakeCuda):
         self.allocated, self.reserved = self.model.allocated, self.model.reserved
         self.settled.append(self.allocated)
 
-    def empty(self, *shape, dtype=None, device=None, **kw):
-        if device is None or not str(device).startswith("cuda"):
-            return self._real_empty(*shape, dtype=dtype, device=device, **kw)
-        t = self._real_empty(*shape, dtype=dtype, device="meta")
-        n = t.numel() * t.element_size()
-        if self.fail_next is not None:
-            e, self.fail_next = self.fail_next, None
-            raise e
+    def _allocate(self, t, n: int):
         trial = copy.deepcopy(self.model)
         block = trial.malloc(n)
         if trial.reserved > self.fraction * self.total or trial.reserved > self.free0:
