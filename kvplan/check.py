@@ -19,7 +19,9 @@ problem of every file is collected before anything is reported.
 from __future__ import annotations
 
 import difflib
+import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -30,6 +32,8 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from kvplan import JSON_SCHEMA, dtypes, engines
 from kvplan.errors import CheckFailed, InputError, KvplanError
 from kvplan.units import fmt_bytes, fmt_int, parse_bytes, parse_count, parse_fraction, parse_headroom, parse_tokens
+
+MAX_FILE_BYTES = 16 << 20  # a check file is kilobytes; 24 MB of YAML comments took 10 s to read
 
 FORMATS = ("table", "json", "junit", "github")
 
@@ -452,6 +456,7 @@ class _FileParser:
     def __init__(self, report: FileReport):
         self.report = report
         self.path = report.path
+        self.expanded: dict[int, dict[str, tuple[ScalarNode, Node]]] = {}
 
     def problem(self, node: Node | None, message: str, mark: Any = None) -> None:
         mark = mark if mark is not None else (node.start_mark if node is not None else None)
@@ -460,6 +465,16 @@ class _FileParser:
 
     # -- mappings: duplicate keys, merge keys (<<: *anchor)
     def pairs(self, node: MappingNode, seen: frozenset[int] = frozenset()) -> dict[str, tuple[ScalarNode, Node]]:
+        """The mapping's keys with `<<` merges applied; each node is expanded once (memoised), so anchors merged
+        over and over (a merge-key bomb: 10 x 10 x ... over 8 levels) cost their size, not fan-out^depth."""
+        done = self.expanded.get(id(node))
+        if done is not None:
+            return done
+        result = self._expand(node, seen)
+        self.expanded[id(node)] = result
+        return result
+
+    def _expand(self, node: MappingNode, seen: frozenset[int]) -> dict[str, tuple[ScalarNode, Node]]:
         explicit: dict[str, tuple[ScalarNode, Node]] = {}
         merged: dict[str, tuple[ScalarNode, Node]] = {}
         for k, v in node.value:
@@ -518,8 +533,19 @@ class _FileParser:
             message = ": ".join(str(x) for x in (e.context, e.problem) if x) or "invalid YAML"
             self.problem(None, f"invalid YAML: {message}", mark)
             return
+        except yaml.reader.ReaderError as e:  # a character YAML forbids (NUL, most control characters)
+            line = text.count("\n", 0, e.position) + 1
+            column = e.position - (text.rfind("\n", 0, e.position) + 1) + 1
+            self.report.problems.append(Problem(self.path, line, column, f"invalid YAML: unacceptable character "
+                                                f"#x{e.character:04x}: {e.reason}" if isinstance(e.character, int)
+                                                else f"invalid YAML: {e.reason}"))
+            return
         except yaml.YAMLError as e:
-            self.problem(None, f"invalid YAML: {e}")
+            self.problem(None, "invalid YAML: " + " ".join(str(e).split()))
+            return
+        except RecursionError:
+            self.report.problems.append(Problem(self.path, None, None, "invalid YAML: nested too deeply to read; "
+                                                "a check file is a few levels deep"))
             return
         if root is None:
             self.report.problems.append(Problem(self.path, 1, 1, "the file is empty; expected `deployments:` "
@@ -623,6 +649,16 @@ def parse_file(path: str) -> FileReport:
     """Phase 1: read and validate one file (schema, types, names that need no model)."""
     report = FileReport(path)
     try:
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(info.st_mode):  # a FIFO or /dev/zero would hang or fill memory
+            report.problems.append(Problem(path, None, None, "is not a regular file; expected a kvplan.yaml file"))
+            return report
+        if info.st_size > MAX_FILE_BYTES:
+            report.problems.append(Problem(path, None, None, f"is {info.st_size:,} bytes, more than the "
+                                           f"{MAX_FILE_BYTES:,} accepted for a check file"))
+            return report
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:
         report.problems.append(Problem(path, None, None, "no such file"))

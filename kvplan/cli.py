@@ -135,6 +135,10 @@ def _parse_knobs(**given: Any) -> dict[str, Any]:
 def _options(model: str, *, revision, offline, refresh, hub, token, timeout, encoder_len, mmproj=None):
     from kvplan.sizing import ModelOptions
 
+    if timeout is not None or os.environ.get("KVPLAN_HUB_TIMEOUT"):  # checked now, not first when the Hub is asked
+        from kvplan import hub as hub_mod
+
+        hub_mod.resolve_timeout(timeout)
     return ModelOptions(model, revision, offline or None, refresh, hub, token, timeout,
                         parse_tokens(encoder_len, "--encoder-len") if encoder_len else None, mmproj)
 

@@ -39,8 +39,8 @@ ESTIMATE_RULE = "nvidia-smi total - (256 MiB + 0.25%)"
 LOCAL_MATCH_TOLERANCE = 0.02  # a local device matches a catalog entry within 2 % of its CUDA total
 
 _ACCEPTED = "a catalog name (see `kvplan gpus`), a size such as 24GB or 80GiB, or NxGPU such as 8xH100"
-_MULTI_RE = re.compile(r"^\s*([-+]?[\d.]*)\s*[x×]\s*(.*?)\s*$", re.IGNORECASE)
-_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]+)\s*$", re.IGNORECASE)
+_MULTI_RE = re.compile(r"^\s*([-+]?[\d.]*)\s*[x×]\s*(.*?)\s*$", re.IGNORECASE | re.ASCII)
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]+)\s*$", re.IGNORECASE | re.ASCII)
 _SIZE_UNITS = {"b", "k", "kb", "kib", "m", "mb", "mib", "g", "gb", "gib", "t", "tb", "tib"}
 _VENDOR_WORDS = ("nvidia", "geforce", "tesla", "quadro", "amd", "instinct")
 
@@ -183,6 +183,13 @@ def sized_gpu(total_bytes: int) -> Gpu:
     )
 
 
+MAX_GPUS = 100_000  # the largest clusters have about this many GPUs; more is a typo
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 60 else text[:40] + f"... ({len(text):,} characters)"
+
+
 def resolve_gpu(text: str) -> GpuSelection:
     """'H100', 'h100_sxm', '24GB', '8xH100', '4x24GB' -> GpuSelection; InputError (one line) otherwise."""
     requested = str(text).strip()
@@ -193,14 +200,14 @@ def resolve_gpu(text: str) -> GpuSelection:
     multi = _MULTI_RE.match(requested)
     if multi:
         number, single = multi.groups()
-        if not re.fullmatch(r"\d+", number) or int(number) <= 0:
-            shown = number or "nothing"
+        if not re.fullmatch(r"[0-9]+", number) or len(number) > 9 or not 1 <= int(number) <= MAX_GPUS:
+            shown = (number[:20] + "...") if len(number) > 20 else (number or "nothing")
             raise InputError(
-                f"GPU {requested!r}: the count before 'x' must be a whole number of at least 1, got {shown}; "
-                "use NxGPU such as 8xH100 or 2x24GB"
+                f"GPU {_short(requested)!r}: the count before 'x' must be a whole number from 1 to {MAX_GPUS:,}, "
+                f"got {shown}; use NxGPU such as 8xH100 or 2x24GB"
             )
         if not single:
-            raise InputError(f"GPU {requested!r}: no GPU after the count; use NxGPU such as 8xH100 or 2x24GB")
+            raise InputError(f"GPU {_short(requested)!r}: no GPU after the count; use NxGPU such as 8xH100 or 2x24GB")
         count = int(number)
     return GpuSelection(gpu=_resolve_one(single, requested), count=count, requested=requested)
 
@@ -216,12 +223,12 @@ def _resolve_one(text: str, requested: str) -> Gpu:
         )
     size = _SIZE_RE.match(text)
     if size and size.group(2).lower() in _SIZE_UNITS:
-        return sized_gpu(parse_bytes(text, f"GPU size {requested!r}"))
+        return sized_gpu(parse_bytes(text, f"GPU size {_short(requested)!r}"))
     if key in _SIZE_UNITS:
-        raise InputError(f"GPU {requested!r}: a unit without a number; use {_ACCEPTED}")
+        raise InputError(f"GPU {_short(requested)!r}: a unit without a number; use {_ACCEPTED}")
     if re.fullmatch(r"\s*[\d.]+\s*", text):
-        raise InputError(f"GPU {requested!r}: a number without a unit; use {_ACCEPTED}")
-    raise InputError(f"unknown GPU {text!r}{_suggest(key, index)}; use {_ACCEPTED}")
+        raise InputError(f"GPU {_short(requested)!r}: a number without a unit; use {_ACCEPTED}")
+    raise InputError(f"unknown GPU {_short(text)!r}{_suggest(key, index)}; use {_ACCEPTED}")
 
 
 def _suggest(key: str, index: dict[str, Gpu]) -> str:

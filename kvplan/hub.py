@@ -19,6 +19,7 @@ import os
 import re
 import shutil
 import threading
+import urllib.parse
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -27,7 +28,7 @@ from typing import Any, TypeVar
 
 from kvplan import catalog
 from kvplan.errors import ConfigError, EnvironmentProblem, InputError, KvplanError, ModelNotFoundError
-from kvplan.model_ref import ModelRef, ResolvedModel, looks_like_hub_id, read_config_file
+from kvplan.model_ref import ModelRef, ResolvedModel, looks_like_hub_id, parse_json, read_config_file, read_text_file
 
 T = TypeVar("T")
 
@@ -56,6 +57,7 @@ def is_offline(offline: bool | None = None) -> bool:
         return offline
     if _env_true("HF_HUB_OFFLINE") or _env_true("TRANSFORMERS_OFFLINE"):
         return True
+    _check_endpoint_env()
     from huggingface_hub import constants
 
     return bool(constants.HF_HUB_OFFLINE)
@@ -101,9 +103,25 @@ def kvplan_store_dir() -> Path:
     return Path(constants.HF_HOME) / "kvplan"
 
 
+def _check_endpoint_env() -> None:
+    """huggingface_hub parses HF_ENDPOINT at import and raises on a malformed one (`http://[::1`): say so first."""
+    raw = os.environ.get("HF_ENDPOINT")
+    if not raw:
+        return
+    try:
+        parts = urllib.parse.urlsplit(raw)
+        parts.port  # noqa: B018 (raises on a bad port)
+    except ValueError as e:
+        raise InputError(f"HF_ENDPOINT {raw[:80]!r} is not a URL ({e}); use e.g. https://huggingface.co") from None
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InputError(f"HF_ENDPOINT {raw[:80]!r} is not an http(s) URL; use e.g. https://huggingface.co")
+
+
 def _hf() -> Any:
     """Import huggingface_hub on first use; keep its logger and progress bars off kvplan's one-line stderr."""
+    _check_endpoint_env()
     import huggingface_hub
+    import huggingface_hub.utils._http  # noqa: F401 (its logger set-up runs at import: before ours, not after)
     from huggingface_hub.utils import disable_progress_bars
 
     if not os.environ.get("HF_HUB_VERBOSITY"):
@@ -246,6 +264,9 @@ def _explain(exc: BaseException, c: _Ctx) -> _Failure:
     if isinstance(exc, E.RevisionNotFoundError):
         return fail(ModelNotFoundError, f"{repo} has no revision {c.revision!r} (a branch, tag or full commit sha)")
     if isinstance(exc, E.LocalEntryNotFoundError):
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, E.FileMetadataError):  # the endpoint answered, but not with the Hub's headers
+            return _explain(cause, c)
         return fail(EnvironmentProblem, f"{at} is not in the Hugging Face cache and the Hub cannot be reached", True, True)
     if isinstance(exc, remote_entry):
         if c.filename == CONFIG_NAME:
@@ -573,11 +594,31 @@ class SafetensorsWeights:
     source: str = "hub"  # hub | cache | file
 
 
-def _tensor_bytes(dtype: str, shape: list[int], stored: int | None) -> int:
+_MAX_DIM = 1 << 40
+_MAX_TENSOR_BYTES = 1 << 50  # a PiB: no real tensor comes near; a header claiming more is broken
+
+
+def _is_count(v: Any, high: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= high
+
+
+def _tensor_bytes(name: str, dtype: Any, shape: Any, stored: Any) -> int:
+    """Bytes of one tensor from its header entry, which must be self-consistent: a dtype name, a shape of
+    non-negative integers, and (for whole-byte dtypes) a data span of exactly numel x element size, as the
+    safetensors format requires. A broken header raises WeightsUnavailable (the config's figure is used, with
+    the reason), never a negative, fractional or absurd "exact" weight."""
+    if not isinstance(dtype, str) or not isinstance(shape, list) or len(shape) > 8 \
+            or not all(_is_count(d, _MAX_DIM) for d in shape) or not _is_count(stored, _MAX_TENSOR_BYTES):
+        raise WeightsUnavailable(f"safetensors header entry {name[:80]!r} is malformed "
+                                 f"(dtype {str(dtype)[:20]!r}, shape {str(shape)[:60]}, data span {str(stored)[:30]})")
     bits = _DTYPE_BITS.get(dtype.upper())
     if bits is None:
-        return int(stored or 0)  # unknown dtype: the byte span the header gives it
-    return (math.prod(shape) * bits + 7) // 8
+        return stored  # unknown dtype: the byte span the header gives it
+    nbytes = (math.prod(shape) * bits + 7) // 8
+    if bits % 8 == 0 and nbytes != stored:
+        raise WeightsUnavailable(f"safetensors header entry {name[:80]!r}: shape {shape} of {dtype} is {nbytes:,} B "
+                                 f"but its data span is {stored:,} B")
+    return nbytes
 
 
 def _mtp_rule(config: dict[str, Any]) -> tuple[Callable[[str], bool], str]:
@@ -609,15 +650,24 @@ def weights_from_record(record: dict[str, Any], config: dict[str, Any], *, inclu
     is_mtp, reason = _mtp_rule(config)
     by_dtype: dict[str, int] = {}
     total = excluded = n = 0
-    for file in (record.get("files") or {}).values():
-        for name, (dtype, shape, stored) in (file.get("tensors") or {}).items():
-            nbytes = _tensor_bytes(dtype, shape, stored)
+    files = record.get("files") or {}
+    if not isinstance(files, dict) or not all(isinstance(f, dict) and isinstance(f.get("tensors") or {}, dict)
+                                              for f in files.values()):
+        raise WeightsUnavailable("the safetensors summary has no files -> tensors map")
+    for file in files.values():
+        for name, entry in (file.get("tensors") or {}).items():
+            if not isinstance(entry, list) or len(entry) != 3:
+                raise WeightsUnavailable(f"safetensors header entry {str(name)[:80]!r} is malformed")
+            dtype, shape, stored = entry
+            nbytes = _tensor_bytes(str(name), dtype, shape, stored)
             if not include_mtp and is_mtp(name):
                 excluded += nbytes
                 continue
             by_dtype[dtype] = by_dtype.get(dtype, 0) + nbytes
             total += nbytes
             n += 1
+    if n + (1 if excluded else 0) == 0:
+        raise WeightsUnavailable("the safetensors headers list no tensors")
     return SafetensorsWeights(
         total_bytes=total,
         bytes_by_dtype=dict(sorted(by_dtype.items())),
@@ -636,7 +686,7 @@ def load_weights_file(path: str | Path, config: dict[str, Any], *, include_mtp: 
     """A stored header summary ($HF_HOME/kvplan/... or DIR/<org>--<name>/safetensors.json from `pull --to`)."""
     try:
         record = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise WeightsUnavailable(f"cannot read safetensors metadata {path}: {_line(e)}") from None
     if not isinstance(record, dict) or record.get("format") != RECORD_FORMAT:
         raise WeightsUnavailable(f"{path} is not a kvplan safetensors summary ({RECORD_FORMAT})")
@@ -679,7 +729,7 @@ def _stored_record(repo_id: str, commit: str | None, revision: str) -> dict[str,
     for path in candidates:
         try:
             rec = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             continue
         if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
             continue
@@ -778,8 +828,12 @@ def _fetch_record(repo_id: str, ctx: _Ctx, commit: str | None, token: str | None
             repo_id, index_name, revision=rev, cache_dir=hub_cache_dir(), token=token, endpoint=ctx.endpoint,
             etag_timeout=left(),
         )  # fmt: skip
-        index = json.loads(Path(path).read_text(encoding="utf-8"))
-        shards = sorted(set((index.get("weight_map") or {}).values()))
+        index = parse_json(read_text_file(Path(path), f"{repo_id} {index_name}", "a safetensors index"),
+                           f"{repo_id} {index_name}")
+        weight_map = index.get("weight_map") if isinstance(index, dict) else None
+        if not isinstance(weight_map, dict) or not all(isinstance(f, str) for f in weight_map.values()):
+            raise E.NotASafetensorsRepoError(f"{repo_id} {index_name} has no weight_map of tensor -> file names")
+        shards = sorted(set(weight_map.values()))
         return True, index.get("metadata"), _map_bounded(header, shards, deadline)
 
     sharded, index_metadata, files = _bounded(fetch, ctx.timeout)
@@ -908,6 +962,12 @@ def pull(
             if not isinstance(err, WeightsUnavailable):
                 raise err from None
             note = f"{err}; stored the config only"
+        weight_bytes = None
+        if record is not None:
+            try:
+                weight_bytes = weights_from_record(record, resolved.config).total_bytes
+            except WeightsUnavailable as err:  # a broken header is not stored as if it were exact
+                record, note = None, f"{err}; stored the config only"
         if record is not None:
             weights_path = _store_folder(repo_id) / f"{commit or rev}.json"
             _write_json(weights_path, record)
@@ -922,9 +982,6 @@ def pull(
                 weights_path = model_dir / WEIGHTS_FILE
                 _write_json(weights_path, record)
             _update_aliases(folder, repo_id, alias, rev, commit)
-        weight_bytes = None
-        if record is not None:
-            weight_bytes = weights_from_record(record, resolved.config).total_bytes
         out.append(Pulled(ref, repo_id, rev, commit, str(config_path), str(weights_path) if weights_path else None, weight_bytes, note))
     return out
 
@@ -974,7 +1031,10 @@ def search_models(
         found = _bounded(lambda: list(api.list_models(search=text, limit=limit, token=token)), ctx.timeout)
     except Exception as e:
         raise _explain(e, ctx).error from None
-    return [ModelHit(m.id, source="hub", downloads=m.downloads, gated=m.gated, match="hub") for m in found]
+    return [ModelHit(str(m.id), source="hub", match="hub",
+                     downloads=m.downloads if isinstance(m.downloads, int) and not isinstance(m.downloads, bool) and m.downloads >= 0 else None,
+                     gated=m.gated if isinstance(m.gated, (bool, str)) else None)
+            for m in found if isinstance(m.id, str)]  # a Hub answer is data, not trusted types
 
 
 __all__ = [

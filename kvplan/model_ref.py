@@ -4,6 +4,8 @@ resolver (resolve.py) and the Hub client (hub.py) need; a leaf module, so neithe
 from __future__ import annotations
 
 import json
+import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,19 +42,50 @@ class ResolvedModel:
     extras: dict[str, Any] = field(default_factory=dict)  # e.g. safetensors metadata, GGUF header ("gguf")
 
 
+MAX_TEXT_FILE = 64 << 20  # a config.json is kilobytes; a check file too
+
+
+def read_text_file(path: Path, shown: str, expected: str, limit: int = MAX_TEXT_FILE) -> str:
+    """A regular UTF-8 file's text, or one line: a FIFO, a device (/dev/zero) or a huge file is refused before it
+    is read, so none of them can hang the command or fill memory."""
+    try:
+        info = os.stat(path)
+    except OSError as e:
+        raise ConfigError(f"cannot read {shown}: {e.strerror or e}") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{shown} is not a regular file; expected {expected}")
+    if info.st_size > limit:
+        raise ConfigError(f"{shown} is {info.st_size:,} bytes, more than the {limit:,} accepted for {expected}")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as e:
+        raise ConfigError(f"cannot read {shown}: {e.strerror or e}") from None
+    if len(data) > limit:
+        raise ConfigError(f"{shown} is more than the {limit:,} bytes accepted for {expected}")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{shown} is not a UTF-8 text file; expected {expected}") from None
+
+
+def parse_json(text: str, shown: str) -> Any:
+    """json.loads with every parser limit as one line: syntax, nesting too deep for Python's recursion, integers
+    beyond Python's digit limit. NaN and Infinity are accepted: real configs (Nemotron-H) contain them."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{shown} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise ConfigError(f"{shown}: JSON nested too deeply to read; a config is a few levels deep") from None
+    except ValueError as e:  # int digit limit (sys.set_int_max_str_digits)
+        raise ConfigError(f"{shown}: {str(e).split(':')[0]}; a config's numbers are short") from None
+
+
 def read_config_file(path: Path, shown: str | None = None) -> dict[str, Any]:
     """Read a config.json; one clear line for unreadable or malformed files."""
     shown = shown or str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read {shown}: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{shown} is not a UTF-8 text file; expected a config.json") from None
-    try:
-        data = json.loads(text)  # accepts Infinity/NaN, which real configs (Nemotron-H) contain
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{shown} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    data = parse_json(read_text_file(path, shown, "a config.json"), shown)
     if not isinstance(data, dict):
         raise ConfigError(f"{shown} must hold a JSON object (a config.json), found {type(data).__name__}")
     return data

@@ -7,6 +7,7 @@ import re
 from typing import Any, Iterable
 
 from rich.console import Console, Group
+from rich.markup import escape as esc
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -53,8 +54,8 @@ def size_view(r: Any) -> Group:
     head.add_column()
     ref = s.ref
     src = ref.source + (f" ({ref.path})" if ref.source in ("file",) and ref.path else "")
-    head.add_row("model", f"{ref.id or ref.requested}  [dim]{src}{' @ ' + ref.commit[:12] if ref.commit else ''}[/dim]")
-    head.add_row("architecture", f"{s.spec.architecture} ({s.spec.family})")
+    head.add_row("model", f"{esc(ref.id or ref.requested)}  [dim]{esc(src)}{' @ ' + esc(ref.commit[:12]) if ref.commit else ''}[/dim]")
+    head.add_row("architecture", f"{esc(s.spec.architecture)} ({s.spec.family})")
     head.add_row("engine", p.engine + (f"   tp {s.tp} x pp {s.pp}" if s.tp > 1 or s.pp > 1 else ""))
     head.add_row("request", f"batch {fmt_int(r.batch)} x ctx {fmt_int(r.ctx)} tokens"
                  + (f"  [dim](model max {fmt_int(s.max_ctx)})[/dim]" if s.max_ctx else ""))
@@ -105,7 +106,7 @@ def models_view(rows: list[tuple[str, str, str]]) -> Table:
     t.add_column("Hub id")
     t.add_column("note", style="dim")
     for alias, repo, note in rows:
-        t.add_row(alias, repo, note)
+        t.add_row(esc(alias), esc(repo), esc(note))
     return t
 
 
@@ -118,7 +119,7 @@ def gpus_view(rows: list[dict[str, Any]]) -> Table:
         cuda = fmt_bytes(r["cuda_total_bytes"]) + (" (est.)" if r.get("estimated") else "")
         nvml = fmt_bytes(r["nvml_bytes"]) if r.get("nvml_bytes") else "-"
         bw = f"{r['bandwidth_gbps']:,} GB/s" if r.get("bandwidth_gbps") else "-"
-        t.add_row(r["name"], ", ".join(r.get("aliases") or [])[:60], nvml, cuda, bw)
+        t.add_row(esc(r["name"]), esc(", ".join(r.get("aliases") or [])[:60]), nvml, cuda, bw)
     return t
 
 
@@ -136,7 +137,7 @@ def fit_one_view(report: Any) -> Group:
     g = report.gpu
     est = " (estimated)" if g.gpu.cuda_total_estimated else ""
     head.add_row("GPU", f"{g.count} x {g.gpu.name}, CUDA total {fmt_bytes(g.total_bytes)}{est} each")
-    head.add_row("model", f"{s.ref.id or s.ref.requested}  [dim]{s.ref.source}[/dim]")
+    head.add_row("model", f"{esc(s.ref.id or s.ref.requested)}  [dim]{s.ref.source}[/dim]")
     head.add_row("engine", f"{report.engine}   tp {report.tp} x pp {report.pp}" + (f"   ({r.replicas} replicas)" if r.replicas > 1 else ""))
     head.add_row("weights / GPU", bytes_cell(r.weight_bytes) + f"  [dim]{s.weight_format.name}[/dim]")
     head.add_row("KV budget / GPU", bytes_cell(r.kv_budget_bytes))
@@ -190,7 +191,7 @@ def fit_catalog_view(report: Any) -> Group:
             verdict = "[red]no: not one request[/red]"
         else:
             verdict = "[green]yes[/green]" + ("" if r.capacity.engine_would_start else " [yellow](lower max_model_len)[/yellow]")
-        t.add_row(r.setup.ref.requested, fmt_bytes(r.weight_bytes), fmt_bytes(max(0, r.kv_budget_bytes)), fmt_int(r.ctx),
+        t.add_row(esc(r.setup.ref.requested), fmt_bytes(r.weight_bytes), fmt_bytes(max(0, r.kv_budget_bytes)), fmt_int(r.ctx),
                   fmt_int(r.max_batch), fmt_int(r.max_ctx), fmt_int(r.capacity.kv_capacity_tokens), verdict)
     parts: list[Any] = [t]
     if report.errors:
@@ -223,20 +224,20 @@ def check_view(report: Any) -> Group:
             parts.append(Text(f"{f.path}: invalid, {n} problem{'s' if n != 1 else ''} (listed on stderr); "
                               "nothing checked", style="bold red"))
             continue
-        t = Table(title=f.path, title_justify="left", show_lines=True)
+        t = Table(title=esc(f.path), title_justify="left", show_lines=True)
         for col, just in (("deployment", "left"), ("required", "right"), ("achievable", "right"), ("margin", "right"),
                           ("result", "left")):
             t.add_column(col, justify=just)
         for r in f.results:
             cells = [_check_cells(q) for q in r.requirements]
-            verdict = "[green]PASS[/green]" if r.passed else f"[red]FAIL[/red]: {r.reason}"
+            verdict = "[green]PASS[/green]" if r.passed else f"[red]FAIL[/red]: {esc(r.reason)}"
             if r.warnings:
                 verdict += " [yellow](warning)[/yellow]"
                 warnings.extend(f"{r.name}: {w}" for w in r.warnings)
             where = f"{r.figures['model']['requested']} on {r.deployment.get('gpu')}, {r.engine}"
             if r.tp * r.pp > 1:
                 where += f", tp {r.tp} x pp {r.pp}"
-            t.add_row(f"{r.name}\n[dim]{where}[/dim]", "\n".join(c[0] for c in cells), "\n".join(c[1] for c in cells),
+            t.add_row(f"{esc(r.name)}\n[dim]{esc(where)}[/dim]", "\n".join(c[0] for c in cells), "\n".join(c[1] for c in cells),
                       "\n".join(c[2] for c in cells), verdict)
         parts.append(t)
     block = _notes("warnings", warnings, "yellow")
@@ -359,7 +360,7 @@ def verify_view(r: Any) -> Group:
     head.add_column(style="bold")
     head.add_column()
     ref = s.ref
-    head.add_row("model", f"{ref.id or ref.requested}  [dim]{ref.source}[/dim]")
+    head.add_row("model", f"{esc(ref.id or ref.requested)}  [dim]{ref.source}[/dim]")
     head.add_row("engine", p.engine + (f"   tp {s.tp} x pp {s.pp} (one GPU's share)" if s.tp > 1 or s.pp > 1 else ""))
     head.add_row("request", f"batch {fmt_int(r.batch)} x ctx {fmt_int(r.ctx)} tokens")
     head.add_row("KV dtype", f"{s.kvd.label} [dim]({s.kvd.source})[/dim]")
@@ -394,7 +395,7 @@ def verify_view(r: Any) -> Group:
         totals.add_row("storage bytes", bytes_cell(a.measured_bytes))
     if r.rss is not None:
         x = r.rss
-        totals.add_row("RSS growth", (x.error or bytes_cell(x.measured_bytes))
+        totals.add_row("RSS growth", (esc(x.error) if x.error else bytes_cell(x.measured_bytes))
                        + f"  [dim]({fmt_int(x.tensors)} tensors >= 1 MiB, {fmt_int(x.expected_bytes)} B touched, "
                          f"tolerance {fmt_int(x.tolerance_bytes)} B)[/dim]")
     parts: list[Any] = [Panel(head, title="kvplan verify", title_align="left"), groups, totals]
@@ -429,7 +430,7 @@ def verify_view(r: Any) -> Group:
         for run in m.runs:
             label = run.device + (" (scaled)" if run.config_scaled else "")
             if run.status != "ran":
-                mt.add_row(label, run.model_class, "-", "-", "-", f"[yellow]skipped[/yellow]: {run.reason}")
+                mt.add_row(label, run.model_class, "-", "-", "-", f"[yellow]skipped[/yellow]: {esc(run.reason)}")
                 continue
             for g in run.groups:
                 mt.add_row(label, run.model_class, KIND_LABELS.get(g.kind, g.kind), fmt_int(g.predicted_bytes),
@@ -481,7 +482,7 @@ def engine_run_view(r: Any) -> Group:
     head.add_column(style="bold")
     head.add_column()
     ref = r.model
-    head.add_row("model", f"{ref.id or ref.requested}  [dim]{ref.source}[/dim]")
+    head.add_row("model", f"{esc(ref.id or ref.requested)}  [dim]{ref.source}[/dim]")
     head.add_row("engine", f"{r.engine} on {r.device}, started in {r.seconds:.1f} s  [dim](kvplan rules {r.kvplan_engine})[/dim]")
     s = r.settings
     if "budget_bytes" in s:  # vLLM: what it was handed and resolved

@@ -28,9 +28,12 @@ def split_gguf_ref(ref: str) -> tuple[str, str] | None:
 
 
 def is_gguf_file(path: Path) -> bool:
+    """A .gguf name, or a regular file starting with the GGUF magic (never opens a FIFO or a device)."""
     if path.suffix.lower() == ".gguf":
         return True
     try:
+        if not path.is_file():
+            return False
         with open(path, "rb") as f:
             return f.read(4) == b"GGUF"
     except OSError:
@@ -68,10 +71,19 @@ def read_gguf(ref: str, **hub_options: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------- local, bundled
+def shown_path(ref: str) -> str:
+    """A path as one short line in a message."""
+    one_line = ref.replace("\n", "\\n").replace("\r", "\\r")
+    return one_line if len(one_line) <= 120 else one_line[:100] + f"... ({len(ref):,} characters)"
+
+
 def resolve_local(ref: str) -> ResolvedModel | None:
     path = Path(ref).expanduser()
-    if not path.exists():
-        return None
+    try:
+        if not path.exists():
+            return None
+    except OSError as e:  # a name too long for the filesystem, for instance
+        raise ModelNotFoundError(f"{shown_path(ref)}: {e.strerror or e}") from None
     if path.is_dir():
         cfg = path / "config.json"
         if not cfg.is_file():
@@ -80,10 +92,15 @@ def resolve_local(ref: str) -> ResolvedModel | None:
                 raise ConfigError(f"{ref} is a directory without a config.json or a .gguf model")
             return local_gguf(gguf, ref)
         path = cfg
+    elif not path.is_file():
+        raise ConfigError(f"{ref} is not a regular file (a FIFO or a device?); expected a config.json, a .gguf file "
+                          "or a directory holding one")
     elif is_gguf_file(path):
         return local_gguf(path, ref)
     config = read_config_file(path, ref)
-    return ResolvedModel(ModelRef(requested=ref, id=config.get("_name_or_path") or None, source="file", path=str(path)), config)
+    name = config.get("_name_or_path")
+    return ResolvedModel(ModelRef(requested=ref, id=name if isinstance(name, str) and name else None, source="file",
+                                  path=str(path)), config)
 
 
 def resolve_bundled(ref: str) -> ResolvedModel | None:

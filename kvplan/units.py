@@ -20,10 +20,11 @@ _BYTE_UNITS = {
     "g": GiB, "gb": GiB, "gib": GiB,
     "t": 1 << 40, "tb": 1 << 40, "tib": 1 << 40,
 }
-_TOKEN_RE = re.compile(r"^\s*(\d+)\s*([kKmM]?)\s*$")
+# ASCII digits only (int() would read "٤٠٩٦" as 4096); "4,096" as kvplan prints it is accepted
+_TOKEN_RE = re.compile(r"^\s*(\d+|\d{1,3}(?:,\d{3})+)\s*([kKmM]?)\s*$", re.ASCII)
 MAX_COUNT = 1 << 40  # tokens, requests, GPUs: far beyond any model or deployment (a 5,000-digit value is a typo)
 MAX_BYTES = 1 << 60  # 1 EiB
-_BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
+_BYTES_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$", re.ASCII)
 
 
 def _suffixed_int(text: str | int, what: str, expected: str) -> int:
@@ -36,9 +37,10 @@ def _suffixed_int(text: str | int, what: str, expected: str) -> int:
         m = _TOKEN_RE.match(str(text))
         if not m:
             raise InputError(f"{what}: {_shown(text)} is not {expected}")
-        if len(m.group(1).lstrip("0")) > 15:
+        digits = m.group(1).replace(",", "")
+        if len(digits.lstrip("0")) > 15:
             raise InputError(f"{what}: {_shown(text)} is too large (at most {MAX_COUNT:,})")
-        value = int(m.group(1)) * _TOKEN_SUFFIX[m.group(2).lower()]
+        value = int(digits) * _TOKEN_SUFFIX[m.group(2).lower()]
     if value <= 0:
         raise InputError(f"{what}: must be {expected}, got {_shown(text)}")
     if value > MAX_COUNT:
@@ -75,7 +77,7 @@ def parse_bytes(text: str | int, what: str = "size") -> int:
         unit = m.group(2).lower() if m else None
         if not m or unit not in _BYTE_UNITS:
             raise InputError(
-                f"{what}: {text!r} is not a size; use a number with B, KB/KiB, MB/MiB, GB/GiB or TB/TiB "
+                f"{what}: {_shown(text)} is not a size; use a number with B, KB/KiB, MB/MiB, GB/GiB or TB/TiB "
                 "(all binary), e.g. 24GB, 80GiB, 512MiB"
             )
         try:
@@ -99,11 +101,13 @@ def parse_fraction(text: str | float, what: str = "fraction") -> float:
             value = float(text)
         else:
             s = str(text).strip()
+            if not s.isascii() or len(s) > 40:
+                raise ValueError(s)
             value = float(s[:-1]) / 100 if s.endswith("%") else float(s)
     except ValueError:
-        raise InputError(f"{what}: {text!r} is not a fraction; use e.g. 0.9 or 90%") from None
-    if not (0 < value <= 1):
-        raise InputError(f"{what}: {text!r} is outside (0, 1]; use e.g. 0.9 or 90%")
+        raise InputError(f"{what}: {_shown(text)} is not a fraction; use e.g. 0.9 or 90%") from None
+    if not (0 < value <= 1):  # NaN fails this too
+        raise InputError(f"{what}: {_shown(text)} is outside (0, 1]; use e.g. 0.9 or 90%")
     return value
 
 
@@ -115,7 +119,7 @@ def parse_headroom(text: str | float, what: str = "headroom") -> float:
         return 0.0
     value = parse_fraction(text, what)
     if value >= 1:
-        raise InputError(f"{what}: {text!r} would hold back the whole budget; use a value in [0, 1)")
+        raise InputError(f"{what}: {_shown(text)} would hold back the whole budget; use a value in [0, 1)")
     return value
 
 

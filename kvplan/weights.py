@@ -9,6 +9,8 @@ weights), GPTQ/AWQ int4 with fp16 scales and packed int32 zero points per group.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 
 from kvplan import dtypes
@@ -71,7 +73,7 @@ def part_bytes(w: WeightPart, fmt: WeightFormat, float_bytes: int) -> int:
     if q.method == "mxfp4" and w.role != "expert":
         return w.params * float_bytes  # gpt-oss: attention, router, embeddings stay 16-bit
     n = w.params // w.count
-    out_dim, in_dim = (w.shape[0], n // w.shape[0]) if len(w.shape) >= 2 else (1, n)
+    out_dim, in_dim = (w.shape[0], math.prod(w.shape[1:])) if len(w.shape) >= 2 else (1, n)
     if q.method == "fp8" and q.block:
         bo, bi = q.block[0], q.block[1] if len(q.block) > 1 else q.block[0]
         per = n + cdiv(out_dim, bo) * cdiv(in_dim, bi) * 4

@@ -76,8 +76,8 @@ def write_gguf_file(path: Path, arch: str, kv: dict[str, Any], tensors, **writer
     for key, val in kv.items():
         if isinstance(val, bool):
             w.add_bool(key, val)
-        elif isinstance(val, int):
-            w.add_uint32(key, val)
+        elif isinstance(val, int):  # uint32 as converters write counts; signed or wide values as they must be
+            (w.add_int32 if val < 0 else w.add_uint64 if val >= 2**32 else w.add_uint32)(key, val)
         elif isinstance(val, float):
             w.add_float32(key, val)
         elif isinstance(val, str):

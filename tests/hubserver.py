@@ -58,6 +58,7 @@ class FakeHub:
         self.hang_s: float = 0.0
         self.fault_match: str | None = None  # substring of the path the knobs apply to; None = every request
         self.fault_method: str | None = None  # "HEAD" or "GET" the knobs apply to; None = both
+        self.model_extra: dict[str, Any] = {}  # fields merged into every /api/models entry (odd types for tests)
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
@@ -192,7 +193,7 @@ class _Handler(BaseHTTPRequestHandler):
         needle = (q.get("search") or [""])[0].lower()
         limit = int((q.get("limit") or ["1000"])[0])
         found = [
-            {"id": rid, "modelId": rid, "private": False, "gated": "auto" if r.gated else False, "downloads": 0, "likes": 0}
+            {"id": rid, "modelId": rid, "private": False, "gated": "auto" if r.gated else False, "downloads": 0, "likes": 0, **self.fake.model_extra}
             for rid, r in sorted(self.fake.repos.items())
             if needle in rid.lower()
         ][:limit]

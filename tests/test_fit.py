@@ -98,7 +98,7 @@ def test_kv_budget_gives_blocks_exactly():
 @pytest.mark.parametrize("args,needle", [
     (["--gpu", "H101"], "unknown GPU"),
     (["--gpu", "GB"], "without a number"),
-    (["--gpu", "0xH100"], "at least 1"),
+    (["--gpu", "0xH100"], "from 1 to"),
     (["--gpu", "GH200"], "ambiguous"),
     (["--gpu", "H100", "--gpu-memory-utilization", "1.5"], "outside (0, 1]"),
     (["--gpu", "H100", "--gpu-memory-utilization", "0"], "outside (0, 1]"),

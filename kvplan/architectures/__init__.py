@@ -9,7 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from kvplan.architectures import base, classic, defaults, decoder, deepseek, encdec, gemma, gpt_oss, hybrid, llama4, nemotron_nas, vision
+from kvplan.architectures import (
+    base, classic, defaults, decoder, deepseek, encdec, gemma, gpt_oss, hybrid, llama4, nemotron_nas, schema, vision,
+)
 from kvplan.architectures.base import Cfg
 from kvplan.errors import ConfigError
 from kvplan.spec import ModelSpec, SlidingWindow, Widths, WindowBeyondContext
@@ -92,6 +94,7 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
     """Build the ModelSpec of a raw config.json dict."""
     if not isinstance(config, dict):
         raise ConfigError("a model config must be a JSON object")
+    config = schema.validate(config)
     top = Cfg(config)
     text = text_view(top)
     model_type = str(text.get("model_type", default=top.get("model_type", default="")))

@@ -37,6 +37,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from kvplan.architectures import schema
 from kvplan.errors import ConfigError
 from kvplan.gguf import GGUFHeader, GGUFTensor
 from kvplan.spec import (
@@ -147,7 +148,8 @@ class _Keys:
 
     def int(self, suffix: str, default: int | None = None) -> int:
         value = self.get(suffix, default) if default is not None else self.need(suffix)
-        return _as_int(value, f"{self.arch}.{suffix}", self.h.source)
+        return _as_int(value, f"{self.arch}.{suffix}", self.h.source, _LIMITS.get(suffix, schema.MAX_POSITIONS),
+                       _AT_LEAST.get(suffix, 0))
 
     def per_layer(self, suffix: str, n: int, default: list[int] | None = None) -> list[int]:
         """llama.cpp get_key_or_arr: a scalar for every layer, or an array with one value per layer."""
@@ -158,17 +160,29 @@ class _Keys:
         if isinstance(value, list):
             if len(value) != n:
                 raise ConfigError(f"{self.h.source}: {key} has {len(value)} entries for {n} layers")
-            return [_as_int(v, key, self.h.source) for v in value]
-        return [_as_int(value, key, self.h.source)] * n
+            high = _LIMITS.get(suffix, schema.MAX_POSITIONS)
+            return [_as_int(v, key, self.h.source, high) for v in value]
+        return [_as_int(value, key, self.h.source, _LIMITS.get(suffix, schema.MAX_POSITIONS))] * n
 
     def check(self, what: str) -> None:
         if self.missing:
             raise ConfigError(f"{self.h.source}: GGUF metadata lacks {', '.join(self.missing)}, needed to size {what}")
 
 
-def _as_int(value: Any, key: str, source: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(f"{source}: {key} must be a non-negative integer, found {value!r}")
+# The same plausible ranges as for config.json fields (schema.py); anything else up to MAX_POSITIONS
+_LIMITS = {"block_count": schema.MAX_LAYERS, "attention.head_count": schema.MAX_HEADS,
+           "attention.head_count_kv": schema.MAX_HEADS, "nextn_predict_layers": schema.MAX_LAYERS}
+
+
+# Keys that size something and so cannot be 0 (a conv kernel of 0 would make a state of -1 columns)
+_AT_LEAST = {"block_count": 1, "ssm.conv_kernel": 1, "ssm.inner_size": 1, "ssm.state_size": 1}
+
+
+def _as_int(value: Any, key: str, source: str, high: int = schema.MAX_POSITIONS, low: int = 0) -> int:
+    """GGUF metadata as llama.cpp reads it: an unsigned integer, here also within a plausible range."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise ConfigError(f"{source}: {key} must be an integer in {low}..{high:,}, found {shown}")
     return value
 
 
@@ -186,7 +200,8 @@ def _swa_layers(k: _Keys, a: Arch, n: int) -> tuple[list[bool], int, list[str]]:
             raise ConfigError(f"{k.h.source}: {k.arch}.attention.sliding_window_pattern has {len(pattern)} entries "
                               f"for {n} layers")
         flags = [bool(p) for p in pattern]
-        return (flags, int(window or 0), []) if window and any(flags) else ([False] * n, 0, [])
+        size = _as_int(window or 0, f"{k.arch}.attention.sliding_window", k.h.source)
+        return (flags, size, []) if size and any(flags) else ([False] * n, 0, [])
     if a.swa == "none":
         return [False] * n, 0, []
     if a.swa_fixed_window:  # llama4: a 0 in the file turns chunking off, any other value is ignored
@@ -195,11 +210,12 @@ def _swa_layers(k: _Keys, a: Arch, n: int) -> tuple[list[bool], int, list[str]]:
         window = a.swa_window
     elif window is None:
         window = a.swa_window
+    window = _as_int(window or 0, f"{k.arch}.attention.sliding_window", k.h.source)
     if not window:
         return [False] * n, 0, []
     p = _as_int(pattern, f"{k.arch}.attention.sliding_window_pattern", k.h.source) if pattern is not None else a.swa_period
     # llama_hparams::set_swa_pattern: p == 0 means every layer slides
-    return [p == 0 or il % p < p - 1 for il in range(n)], int(window), []
+    return [p == 0 or il % p < p - 1 for il in range(n)], window, []
 
 
 def _recurrent_layers(k: _Keys, a: Arch, n: int, kv: list[int]) -> list[bool]:
@@ -259,10 +275,16 @@ def _caches(k: _Keys, a: Arch, n: int) -> tuple[list[tuple[int, LayerCache]], li
     kv = k.per_layer("attention.head_count_kv", n, heads) if attends else [0] * n
     n_embd = k.int("embedding_length") if attends else 0
     k.check(f"a '{k.arch}' model")
+    if attends and a.recurrent == "none" and not any(kv):
+        raise ConfigError(f"{k.h.source}: {k.arch}.attention.head_count(_kv) is 0 for every layer; an attention "
+                          "model needs at least one key/value head")
     head0 = next((x for x in heads if x), 0)
     dk = k.int("attention.key_length", n_embd // head0 if head0 else 0)
     dv = k.int("attention.value_length", n_embd // head0 if head0 else 0)
     dk_swa, dv_swa = k.int("attention.key_length_swa", dk), k.int("attention.value_length_swa", dv)
+    if any(kv) and not (dk and dk_swa):
+        raise ConfigError(f"{k.h.source}: {k.arch}.attention.key_length is 0 (or embedding_length / head_count is) "
+                          "for layers with key/value heads")
     swa, window, notes = _swa_layers(k, a, n)
     recurrent = _recurrent_layers(k, a, n, kv)
     state = _state(k, a) if any(recurrent) else None

@@ -109,7 +109,14 @@ def refuse_if_too_large(needed: int, available: int | None, where: str) -> None:
 def check_cpu(backend: Backend, plan: CachePlan) -> AllocationCheck:
     refuse_if_too_large(plan.kv_bytes, backend.available(), "this machine (MemAvailable)")
     groups = [GroupMeasure(g.kind, len(g.layer_ids), g.bytes, expected_bytes=g.bytes) for g in plan.groups]
-    tensors = allocate_plan(backend, plan)
+    try:
+        tensors = allocate_plan(backend, plan)
+    except (RuntimeError, MemoryError) as e:  # an address-space limit (ulimit -v) below MemAvailable, for one
+        traceback.clear_frames(e.__traceback__)
+        backend.settle()
+        first = (str(e).splitlines() or [type(e).__name__])[0]
+        raise EnvironmentProblem(f"cpu: allocating the plan's {plan.kv_bytes:,} B failed although MemAvailable "
+                                 f"allowed it (a memory limit?): {first[:200]}") from None
     try:
         for i, gm in enumerate(groups):
             gm.measured_bytes = storage_bytes(tensors[i])

@@ -1,0 +1,228 @@
+"""The schema step between `json.loads` and the family builders: every config field kvplan reads, checked once.
+
+Why one table: the family modules read fields with `int()` and truthiness, so a string, a NaN, a negative or a
+fractional value used to become a number (`head_dim: -128` gave negative KV bytes, `tie_word_embeddings: "false"`
+read as true, `sliding_window: 1.5` a window of 1). Here each field name has one rule (type, sign, integrality,
+a plausible range), applied wherever the name appears in the config (text_config, vision_config, block_configs
+entries ...), so a family builder only ever sees values of the right type. Integral floats (`4096.0`) are taken
+as integers, as Python's config classes take them; booleans are never numbers and numbers never booleans.
+
+Fields kvplan does not read are not checked: a genuine config carries many (initializer names, token ids).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from kvplan.errors import ConfigError
+
+MAX_LAYERS = 4096        # real models have fewer than 200; beyond this the per-layer plan is no longer cheap
+MAX_HEADS = 1 << 16
+MAX_DIM = 1 << 24        # widths, head dims, state sizes
+MAX_VOCAB = 1 << 24
+MAX_POSITIONS = 1 << 40  # the same bound as --ctx
+MAX_EXPERTS = 1 << 16
+MAX_FACTOR = 1 << 20
+MAX_TEXT = 1 << 16       # characters of a string field (a hybrid pattern has one per layer)
+MAX_DEPTH = 32           # nesting of the config's objects and arrays
+MAX_LIST = 1 << 20       # entries of a list of names (an fp8 checkpoint's modules_to_not_convert can be long)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one field accepts. kind: int | number | bool | str | str_list | int_list | object | object_list."""
+
+    kind: str
+    low: int = 0
+    high: int = MAX_DIM
+    per_layer: bool = False  # an int field that may also be one value per layer (Gemma-3n intermediate_size)
+
+    def accepted(self) -> str:
+        if self.kind == "bool":
+            return "true or false"
+        if self.kind == "str":
+            return "a string"
+        if self.kind == "str_list":
+            return "a list of strings"
+        if self.kind == "object":
+            return "an object ({...})"
+        if self.kind == "object_list":
+            return f"a list of up to {MAX_LAYERS:,} objects"
+        span = f"{self.low:,}..{self.high:,}"
+        if self.kind == "number":
+            return f"a number in {span}" if self.low else f"a positive number up to {self.high:,}"
+        if self.kind == "int_list":
+            return f"a list of integers in {span}"
+        return f"an integer in {span}" + (" (or one per layer)" if self.per_layer else "")
+
+
+def _fields(rule: Rule, *names: str) -> dict[str, Rule]:
+    return dict.fromkeys(names, rule)
+
+
+_LAYERS = Rule("int", 1, MAX_LAYERS)
+_LAYER_COUNT = Rule("int", 0, MAX_LAYERS)
+_HEADS = Rule("int", 1, MAX_HEADS)
+_HEADS_OR_NONE = Rule("int", 0, MAX_HEADS)
+_DIM = Rule("int", 1, MAX_DIM)
+_WIDTH = Rule("int", 0, MAX_DIM, per_layer=True)
+_POSITIONS = Rule("int", 1, MAX_POSITIONS)
+_SPAN = Rule("int", 0, MAX_POSITIONS)  # windows and chunks: 0 means none in several configs
+_EXPERTS = Rule("int", 0, MAX_EXPERTS)
+_FLAG = Rule("bool")
+_TEXT = Rule("str")
+
+FIELDS: dict[str, Rule] = {
+    **_fields(_LAYERS, "num_hidden_layers", "num_layers", "n_layer", "n_layers", "decoder_layers",
+              "encoder_layers", "num_decoder_layers", "depth"),
+    **_fields(_LAYER_COUNT, "num_nextn_predict_layers", "num_kv_shared_layers", "first_k_dense_replace",
+              "attn_layer_offset", "attn_layer_period", "expert_layer_offset", "expert_layer_period",
+              "max_window_layers", "decoder_sparse_step", "interleave_moe_layer_step", "moe_layer_freq",
+              "full_attention_interval", "sliding_window_pattern", "_sliding_window_pattern",
+              "no_rope_layer_interval", "num_ln_in_parallel_attn", "altup_num_inputs"),
+    **_fields(_HEADS, "num_attention_heads", "n_head", "n_heads", "num_heads", "decoder_attention_heads",
+              "encoder_attention_heads", "num_key_value_heads", "n_head_kv", "num_kv_heads", "kv_n_heads",
+              "multi_query_group_num", "linear_num_key_heads", "linear_num_value_heads", "mamba_num_heads",
+              "n_groups"),
+    **_fields(_HEADS_OR_NONE, "n_heads_in_group"),
+    **_fields(_DIM, "hidden_size", "n_embd", "n_embed", "d_model", "head_dim", "kv_channels", "attention_head_dim",
+              "d_kv", "v_head_dim", "qk_rope_head_dim", "kv_lora_rank", "q_lora_rank", "linear_key_head_dim",
+              "linear_value_head_dim", "mamba_head_dim", "mamba_d_state", "ssm_state_size", "state_size",
+              "mamba_d_conv", "conv_kernel", "linear_conv_kernel_dim", "mamba_expand", "expand",
+              "expansion_ratio", "word_embed_proj_dim", "hidden_size_per_layer_input", "out_hidden_size",
+              "projector_input_dim", "projector_output_dim", "vision_output_dim", "image_size", "patch_size",
+              "in_channels", "num_channels", "spatial_merge_size", "temporal_patch_size", "num_mel_bins",
+              "num_position_embeddings", "relative_attention_num_buckets", "laurel_rank"),
+    **_fields(Rule("int", 0, MAX_DIM), "qk_nope_head_dim"),
+    **_fields(_WIDTH, "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
+              "ffn_hidden_size", "ffn_dim", "d_ff", "decoder_ffn_dim", "encoder_ffn_dim", "n_inner",
+              "intermediate_size_mlp"),
+    **_fields(Rule("int", 1, MAX_VOCAB), "vocab_size", "padded_vocab_size", "vocab_size_per_layer_input"),
+    **_fields(_POSITIONS, "max_position_embeddings", "max_target_positions", "max_source_positions", "n_positions",
+              "seq_length", "max_seq_len", "max_seq_length", "max_sequence_length", "seq_len", "model_max_length",
+              "original_max_position_embeddings"),
+    **_fields(_SPAN, "sliding_window", "attention_chunk_size"),
+    **_fields(_EXPERTS, "num_experts", "num_local_experts", "n_routed_experts", "n_shared_experts",
+              "num_experts_per_tok", "experts_per_token", "moe_num_experts"),
+    **_fields(_FLAG, "tie_word_embeddings", "attention_bias", "mlp_bias", "use_bias", "add_bias_linear",
+              "add_qkv_bias", "mamba_conv_bias", "mamba_proj_bias", "use_conv_bias", "multi_query",
+              "multi_query_attention", "parallel_attn", "new_decoder_architecture", "no_bias", "rmsnorm",
+              "do_layer_norm_before", "_remove_final_layer_norm", "post_layer_norm", "vision_use_head",
+              "multi_modal_projector_bias", "use_sliding_window", "enable_bias", "is_encoder_decoder", "no_op",
+              "replace_with_linear"),
+    **_fields(_TEXT, "model_type", "torch_dtype", "dtype", "quant_method", "feed_forward_proj",
+              "hybrid_override_pattern", "rope_type", "kv_cache_quant_algo"),
+    **_fields(Rule("str_list"), "architectures", "layer_types", "layers_block_type", "modules_to_not_convert"),
+    **_fields(_FLAG, "bias"),
+    **_fields(Rule("int", 1, 64), "bits", "num_bits"),
+    **_fields(Rule("int", -1, MAX_DIM), "group_size"),  # GPTQ: -1 = one group per row
+    **_fields(_TEXT, "fmt"),
+    **_fields(Rule("object"), "text_config", "llm_config", "language_config", "vision_config", "audio_config",
+              "quantization_config", "kv_cache_scheme", "attn_config", "ffn_config", "rope_scaling",
+              "rope_parameters"),
+    **_fields(Rule("object_list"), "block_configs"),
+    **_fields(Rule("int_list", 0, MAX_POSITIONS), "mlp_only_layers", "no_rope_layers", "deepstack_visual_indexes",
+              "moe_layers"),
+    **_fields(Rule("int_list", 1, MAX_DIM), "weight_block_size"),
+}
+# Fields whose names mean something else elsewhere, checked only inside their container.
+_ROPE = {"factor": Rule("number", 0, MAX_FACTOR), "type": _TEXT}
+SCOPED: dict[str, dict[str, Rule]] = {
+    "rope_scaling": _ROPE,
+    "rope_parameters": _ROPE,
+    "block_configs": {"attention": Rule("object"), "ffn": Rule("object"), "ffn_mult": Rule("number", 0, 1 << 10)},
+}
+CONTAINERS = ("object", "object_list")
+
+
+def validate(config: dict[str, Any], where: str = "config") -> dict[str, Any]:
+    """The config with every field kvplan reads checked (ConfigError naming field, value and what is accepted),
+    integral floats turned into ints. The input is not modified."""
+    return _object(config, where, FIELDS, 0)
+
+
+def _object(obj: dict[str, Any], where: str, fields: dict[str, Rule], depth: int) -> dict[str, Any]:
+    if depth > MAX_DEPTH:
+        raise ConfigError(f"{where}: nested deeper than {MAX_DEPTH} levels; a model config is a few levels deep")
+    out: dict[str, Any] = {}
+    for key, value in obj.items():
+        path = f"{where}.{key}"
+        rule = fields.get(key)
+        if value is None:
+            out[key] = None
+        elif rule is not None and rule.kind not in CONTAINERS:
+            out[key] = _check(value, rule, path)
+        else:
+            if rule is not None:
+                _check(value, rule, path)
+            inner = {**fields, **SCOPED[key]} if key in SCOPED else fields
+            out[key] = _nested(value, path, inner, depth + 1)
+    return out
+
+
+def _nested(value: Any, where: str, fields: dict[str, Rule], depth: int) -> Any:
+    if isinstance(value, dict):
+        return _object(value, where, fields, depth)
+    if isinstance(value, list):
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"{where}: nested deeper than {MAX_DEPTH} levels; a model config is a few levels deep")
+        return [_nested(v, f"{where}[{i}]", fields, depth + 1) for i, v in enumerate(value)]
+    return value
+
+
+def _check(value: Any, rule: Rule, where: str) -> Any:
+    if rule.kind == "bool":
+        if isinstance(value, bool):
+            return value
+    elif rule.kind == "str":
+        if isinstance(value, str) and len(value) <= MAX_TEXT:
+            return value
+    elif rule.kind == "str_list":
+        if isinstance(value, list) and len(value) <= MAX_LIST and all(isinstance(v, str) for v in value):
+            return value
+    elif rule.kind == "object":
+        if isinstance(value, dict):
+            return value
+    elif rule.kind == "object_list":
+        if isinstance(value, list) and len(value) <= MAX_LAYERS and all(isinstance(v, dict) for v in value):
+            return value
+    elif rule.kind == "int_list":
+        if isinstance(value, list) and len(value) <= MAX_LAYERS:
+            items = [_integer(v, rule) for v in value]
+            if all(i is not None for i in items):
+                return items
+    elif rule.kind == "number":
+        if _is_number(value) and 0 < value <= rule.high:
+            return value
+    else:
+        number = _integer(value, rule)
+        if number is not None:
+            return number
+        if rule.per_layer and isinstance(value, list) and 0 < len(value) <= MAX_LAYERS:
+            items = [_integer(v, rule) for v in value]
+            if all(i is not None for i in items):
+                return items
+    raise ConfigError(f"{where} must be {rule.accepted()}, found {_shown(value)}")
+
+
+def _is_number(value: Any) -> bool:
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, int) or isinstance(value, float) and math.isfinite(value)  # a 1,000-digit int is no float
+
+
+def _integer(value: Any, rule: Rule) -> int | None:
+    if not _is_number(value) or value != int(value):
+        return None
+    number = int(value)
+    return number if rule.low <= number <= rule.high else None
+
+
+def _shown(value: Any) -> str:
+    """The offending value, short and on one line (a config may carry a megabyte string)."""
+    if isinstance(value, int) and value.bit_length() > 100:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
