@@ -144,8 +144,15 @@ def _options(model: str, *, revision, offline, refresh, hub, token, timeout, enc
 
 
 def _engine_options(*, engine, kv_dtype, k_dtype, v_dtype, state_dtype, weight_dtype, tp, pp, knobs):
+    from kvplan import dtypes
     from kvplan.sizing import EngineOptions
 
+    for flag, name in (("--kv-dtype", kv_dtype), ("--k-dtype", k_dtype), ("--v-dtype", v_dtype)):
+        if name is not None and dtypes.canonical(name) != "auto":  # a name no engine knows: bad input for every model
+            try:
+                dtypes.kv_dtype(name)
+            except KvplanError as e:
+                raise type(e)(f"{flag}: {e}") from None
     return EngineOptions(engine, kv_dtype, k_dtype, v_dtype, state_dtype, weight_dtype,
                          parse_count(tp, "--tp"), parse_count(pp, "--pp"), knobs)
 

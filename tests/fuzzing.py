@@ -309,6 +309,11 @@ FRACTION_KEYS = {"concurrency", "gpu_memory_utilization", "mem_fraction_static",
                  "seconds", "ratio", "utilization", "bandwidth_gbps", "tflops", "x", "share"}
 
 
+def _asks_json(argv: list[str]) -> bool:
+    """--json as a flag (not as the value of the flag before it), or check's --format json."""
+    return "json" in argv or any(a == "--json" and (i == 0 or argv[i - 1] not in FLAGS) for i, a in enumerate(argv))
+
+
 def classify(case: Case, o: Outcome) -> set[str]:
     """The classes an outcome shows (empty = clean)."""
     found: set[str] = set()
@@ -328,7 +333,7 @@ def classify(case: Case, o: Outcome) -> set[str]:
         if longest > 2 * sum(len(a) for a in case.argv) + 600 and case.category != "check":
             found.add("spew")
         del problem_lines
-    if o.code == 0 and "--json" in case.argv or "json" in case.argv and o.code == 0:
+    if o.code == 0 and _asks_json(case.argv):
         try:
             data = json.loads(o.out)
         except ValueError:

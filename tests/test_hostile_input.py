@@ -84,6 +84,9 @@ def test_ctrl_c_at_a_terminal_exits_130_with_one_line(tmp_path):
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
 
     def controlling_tty() -> None:
+        # A shell's background job starts with SIGINT ignored, and an ignored signal stays ignored across exec
+        # (Python then installs no handler): a terminal user's kvplan has it at its default.
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.setsid()
         fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
@@ -449,7 +452,7 @@ def test_ctx_as_kvplan_prints_it_is_accepted():
     assert run_cli("size", "llama-3.1-8b", "--ctx", "4,096", "--json").json()["ctx"] == 4096
 
 
-def test_d16_an_endpoint_without_hub_headers_is_named_as_such(tmp_path, monkeypatch):
+def test_d16_an_endpoint_without_hub_headers_is_named_as_such(fake_hub, monkeypatch):
     """A server that answers 200 without ETag / X-Repo-Commit (a proxy, a static site) is not the Hub: say that,
     not "the Hub cannot be reached"."""
     import threading
@@ -477,10 +480,20 @@ def test_d16_an_endpoint_without_hub_headers_is_named_as_such(tmp_path, monkeypa
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Plain)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{server.server_port}")  # fake_hub isolates the rest
     try:
         one_line_error(run_cli("size", "acme/plain", "--ctx", "4k", "--timeout", "5"),
                        "does not answer like the Hugging Face Hub")
     finally:
         server.shutdown()
+
+
+def test_an_unknown_kv_dtype_is_bad_input_even_over_the_whole_catalog():
+    """fit over the catalog used to list the same dtype error under every model and exit 0."""
+    one_line_error(run_cli("fit", "--gpu", "24GB", "--k-dtype", "bogus"), "--k-dtype: unknown KV dtype 'bogus'")
+
+
+def test_mamba_dt_rank_is_an_integer_or_auto(tmp_path):
+    jamba = json.loads((CONFIGS / "ai21labs--Jamba-v0.1" / "config.json").read_text())
+    one_line_error(run_cli("size", mutated(tmp_path, jamba, lambda c: c.update(mamba_dt_rank=[])), "--ctx", "4k"),
+                   "mamba_dt_rank must be an integer in 1..16,777,216 or 'auto'")

@@ -38,6 +38,7 @@ class Rule:
     low: int = 0
     high: int = MAX_DIM
     per_layer: bool = False  # an int field that may also be one value per layer (Gemma-3n intermediate_size)
+    words: tuple[str, ...] = ()  # strings accepted besides the integers ("auto" for Mamba's dt rank)
 
     def accepted(self) -> str:
         if self.kind == "bool":
@@ -55,7 +56,8 @@ class Rule:
             return f"a number in {span}" if self.low else f"a positive number up to {self.high:,}"
         if self.kind == "int_list":
             return f"a list of integers in {span}"
-        return f"an integer in {span}" + (" (or one per layer)" if self.per_layer else "")
+        return (f"an integer in {span}" + (" (or one per layer)" if self.per_layer else "")
+                + "".join(f" or {w!r}" for w in self.words))
 
 
 def _fields(rule: Rule, *names: str) -> dict[str, Rule]:
@@ -96,6 +98,7 @@ FIELDS: dict[str, Rule] = {
               "in_channels", "num_channels", "spatial_merge_size", "temporal_patch_size", "num_mel_bins",
               "num_position_embeddings", "relative_attention_num_buckets", "laurel_rank"),
     **_fields(Rule("int", 0, MAX_DIM), "qk_nope_head_dim"),
+    **_fields(Rule("int", 1, MAX_DIM, words=("auto",)), "time_step_rank", "mamba_dt_rank"),
     **_fields(_WIDTH, "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
               "ffn_hidden_size", "ffn_dim", "d_ff", "decoder_ffn_dim", "encoder_ffn_dim", "n_inner",
               "intermediate_size_mlp"),
@@ -200,6 +203,8 @@ def _check(value: Any, rule: Rule, where: str) -> Any:
         number = _integer(value, rule)
         if number is not None:
             return number
+        if value in rule.words:
+            return value
         if rule.per_layer and isinstance(value, list) and 0 < len(value) <= MAX_LAYERS:
             items = [_integer(v, rule) for v in value]
             if all(i is not None for i in items):
