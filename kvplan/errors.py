@@ -29,3 +29,15 @@ class CheckFailed(KvplanError):
     """A check that ran and failed (verify mismatch, failing deployment): exit 1."""
 
     exit_code = 1
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """A value echoed in a message: its repr on one line (newlines escaped), cut to `limit` characters; an integer
+    too long to print (over Python's digit limit) by its size."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 200:
+        return f"an integer of {value.bit_length()} bits"
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    length = f" ({len(value):,} characters)" if isinstance(value, str) else ""
+    return text[: limit - 3] + "..." + length

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import yaml
 
-from kvplan.errors import InputError
+from kvplan.errors import InputError, shown
 from kvplan.units import MiB, fmt_bytes, parse_bytes
 
 CATALOG_PATH = Path(__file__).resolve().parent / "data" / "gpus.yaml"
@@ -186,10 +186,6 @@ def sized_gpu(total_bytes: int) -> Gpu:
 MAX_GPUS = 100_000  # the largest clusters have about this many GPUs; more is a typo
 
 
-def _short(text: str) -> str:
-    return text if len(text) <= 60 else text[:40] + f"... ({len(text):,} characters)"
-
-
 def resolve_gpu(text: str) -> GpuSelection:
     """'H100', 'h100_sxm', '24GB', '8xH100', '4x24GB' -> GpuSelection; InputError (one line) otherwise."""
     requested = str(text).strip()
@@ -201,13 +197,12 @@ def resolve_gpu(text: str) -> GpuSelection:
     if multi:
         number, single = multi.groups()
         if not re.fullmatch(r"[0-9]+", number) or len(number) > 9 or not 1 <= int(number) <= MAX_GPUS:
-            shown = (number[:20] + "...") if len(number) > 20 else (number or "nothing")
             raise InputError(
-                f"GPU {_short(requested)!r}: the count before 'x' must be a whole number from 1 to {MAX_GPUS:,}, "
-                f"got {shown}; use NxGPU such as 8xH100 or 2x24GB"
+                f"GPU {shown(requested)}: the count before 'x' must be a whole number from 1 to {MAX_GPUS:,}, "
+                f"got {number[:20] + '...' if len(number) > 20 else number or 'nothing'}; use NxGPU such as 8xH100 or 2x24GB"
             )
         if not single:
-            raise InputError(f"GPU {_short(requested)!r}: no GPU after the count; use NxGPU such as 8xH100 or 2x24GB")
+            raise InputError(f"GPU {shown(requested)}: no GPU after the count; use NxGPU such as 8xH100 or 2x24GB")
         count = int(number)
     return GpuSelection(gpu=_resolve_one(single, requested), count=count, requested=requested)
 
@@ -223,12 +218,12 @@ def _resolve_one(text: str, requested: str) -> Gpu:
         )
     size = _SIZE_RE.match(text)
     if size and size.group(2).lower() in _SIZE_UNITS:
-        return sized_gpu(parse_bytes(text, f"GPU size {_short(requested)!r}"))
+        return sized_gpu(parse_bytes(text, f"GPU size {shown(requested)}"))
     if key in _SIZE_UNITS:
-        raise InputError(f"GPU {_short(requested)!r}: a unit without a number; use {_ACCEPTED}")
+        raise InputError(f"GPU {shown(requested)}: a unit without a number; use {_ACCEPTED}")
     if re.fullmatch(r"\s*[\d.]+\s*", text):
-        raise InputError(f"GPU {_short(requested)!r}: a number without a unit; use {_ACCEPTED}")
-    raise InputError(f"unknown GPU {_short(text)!r}{_suggest(key, index)}; use {_ACCEPTED}")
+        raise InputError(f"GPU {shown(requested)}: a number without a unit; use {_ACCEPTED}")
+    raise InputError(f"unknown GPU {shown(text)}{_suggest(key, index)}; use {_ACCEPTED}")
 
 
 def _suggest(key: str, index: dict[str, Gpu]) -> str:

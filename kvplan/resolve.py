@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from kvplan import catalog
-from kvplan.errors import ConfigError, ModelNotFoundError
+from kvplan.errors import ConfigError, ModelNotFoundError, shown
 from kvplan.model_ref import ModelRef, ResolvedModel, looks_like_hub_id, read_config_file  # noqa: F401 (re-exported)
 
 
@@ -71,19 +71,13 @@ def read_gguf(ref: str, **hub_options: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------- local, bundled
-def shown_path(ref: str) -> str:
-    """A path as one short line in a message."""
-    one_line = ref.replace("\n", "\\n").replace("\r", "\\r")
-    return one_line if len(one_line) <= 120 else one_line[:100] + f"... ({len(ref):,} characters)"
-
-
 def resolve_local(ref: str) -> ResolvedModel | None:
     path = Path(ref).expanduser()
     try:
         if not path.exists():
             return None
     except OSError as e:  # a name too long for the filesystem, for instance
-        raise ModelNotFoundError(f"{shown_path(ref)}: {e.strerror or e}") from None
+        raise ModelNotFoundError(f"{shown(ref, 120)}: {e.strerror or e}") from None
     if path.is_dir():
         cfg = path / "config.json"
         if not cfg.is_file():

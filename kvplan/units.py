@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 
-from kvplan.errors import InputError
+from kvplan.errors import InputError, shown
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -36,22 +36,16 @@ def _suffixed_int(text: str | int, what: str, expected: str) -> int:
     else:
         m = _TOKEN_RE.match(str(text))
         if not m:
-            raise InputError(f"{what}: {_shown(text)} is not {expected}")
+            raise InputError(f"{what}: {shown(text)} is not {expected}")
         digits = m.group(1).replace(",", "")
         if len(digits.lstrip("0")) > 15:
-            raise InputError(f"{what}: {_shown(text)} is too large (at most {MAX_COUNT:,})")
+            raise InputError(f"{what}: {shown(text)} is too large (at most {MAX_COUNT:,})")
         value = int(digits) * _TOKEN_SUFFIX[m.group(2).lower()]
     if value <= 0:
-        raise InputError(f"{what}: must be {expected}, got {_shown(text)}")
+        raise InputError(f"{what}: must be {expected}, got {shown(text)}")
     if value > MAX_COUNT:
-        raise InputError(f"{what}: {_shown(text)} is too large (at most {MAX_COUNT:,})")
+        raise InputError(f"{what}: {shown(text)} is too large (at most {MAX_COUNT:,})")
     return value
-
-
-def _shown(text: object) -> str:
-    """A value echoed in an error, cut to a readable length."""
-    r = repr(text)
-    return r if len(r) <= 40 else r[:37] + "..."
 
 
 def parse_tokens(text: str | int, what: str = "token count") -> int:
@@ -73,11 +67,11 @@ def parse_bytes(text: str | int, what: str = "size") -> int:
     else:
         m = _BYTES_RE.match(str(text))
         if m and len(m.group(1).split(".")[0].lstrip("0")) > 19:
-            raise InputError(f"{what}: {_shown(text)} is too large (at most 1 EiB)")
+            raise InputError(f"{what}: {shown(text)} is too large (at most 1 EiB)")
         unit = m.group(2).lower() if m else None
         if not m or unit not in _BYTE_UNITS:
             raise InputError(
-                f"{what}: {_shown(text)} is not a size; use a number with B, KB/KiB, MB/MiB, GB/GiB or TB/TiB "
+                f"{what}: {shown(text)} is not a size; use a number with B, KB/KiB, MB/MiB, GB/GiB or TB/TiB "
                 "(all binary), e.g. 24GB, 80GiB, 512MiB"
             )
         try:
@@ -86,9 +80,9 @@ def parse_bytes(text: str | int, what: str = "size") -> int:
             raise InputError(f"{what}: {text!r} is not a size") from None
         value = int((number * _BYTE_UNITS[unit]).to_integral_value(rounding=ROUND_FLOOR))
     if value <= 0:
-        raise InputError(f"{what}: must be a positive size, got {_shown(text)}")
+        raise InputError(f"{what}: must be a positive size, got {shown(text)}")
     if value > MAX_BYTES:
-        raise InputError(f"{what}: {_shown(text)} is too large (at most 1 EiB)")
+        raise InputError(f"{what}: {shown(text)} is too large (at most 1 EiB)")
     return value
 
 
@@ -105,9 +99,9 @@ def parse_fraction(text: str | float, what: str = "fraction") -> float:
                 raise ValueError(s)
             value = float(s[:-1]) / 100 if s.endswith("%") else float(s)
     except ValueError:
-        raise InputError(f"{what}: {_shown(text)} is not a fraction; use e.g. 0.9 or 90%") from None
+        raise InputError(f"{what}: {shown(text)} is not a fraction; use e.g. 0.9 or 90%") from None
     if not (0 < value <= 1):  # NaN fails this too
-        raise InputError(f"{what}: {_shown(text)} is outside (0, 1]; use e.g. 0.9 or 90%")
+        raise InputError(f"{what}: {shown(text)} is outside (0, 1]; use e.g. 0.9 or 90%")
     return value
 
 
@@ -119,7 +113,7 @@ def parse_headroom(text: str | float, what: str = "headroom") -> float:
         return 0.0
     value = parse_fraction(text, what)
     if value >= 1:
-        raise InputError(f"{what}: {_shown(text)} would hold back the whole budget; use a value in [0, 1)")
+        raise InputError(f"{what}: {shown(text)} would hold back the whole budget; use a value in [0, 1)")
     return value
 
 

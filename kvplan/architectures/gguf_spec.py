@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvplan.architectures import schema
-from kvplan.errors import ConfigError
+from kvplan.errors import ConfigError, shown
 from kvplan.gguf import GGUFHeader, GGUFTensor
 from kvplan.spec import (
     ChunkedLocal,
@@ -181,8 +181,7 @@ _AT_LEAST = {"block_count": 1, "ssm.conv_kernel": 1, "ssm.inner_size": 1, "ssm.s
 def _as_int(value: Any, key: str, source: str, high: int = schema.MAX_POSITIONS, low: int = 0) -> int:
     """GGUF metadata as llama.cpp reads it: an unsigned integer, here also within a plausible range."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        raise ConfigError(f"{source}: {key} must be an integer in {low}..{high:,}, found {shown}")
+        raise ConfigError(f"{source}: {key} must be an integer in {low}..{high:,}, found {shown(value, 40)}")
     return value
 
 

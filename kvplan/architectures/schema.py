@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from kvplan.errors import ConfigError
+from kvplan.errors import ConfigError, shown
 
 MAX_LAYERS = 4096        # real models have fewer than 200; beyond this the per-layer plan is no longer cheap
 MAX_HEADS = 1 << 16
@@ -209,7 +209,7 @@ def _check(value: Any, rule: Rule, where: str) -> Any:
             items = [_integer(v, rule) for v in value]
             if all(i is not None for i in items):
                 return items
-    raise ConfigError(f"{where} must be {rule.accepted()}, found {_shown(value)}")
+    raise ConfigError(f"{where} must be {rule.accepted()}, found {shown(value)}")
 
 
 def _is_number(value: Any) -> bool:
@@ -224,10 +224,3 @@ def _integer(value: Any, rule: Rule) -> int | None:
     number = int(value)
     return number if rule.low <= number <= rule.high else None
 
-
-def _shown(value: Any) -> str:
-    """The offending value, short and on one line (a config may carry a megabyte string)."""
-    if isinstance(value, int) and value.bit_length() > 100:
-        return f"an integer of {value.bit_length()} bits"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
