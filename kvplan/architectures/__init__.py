@@ -70,6 +70,43 @@ def text_view(top: Cfg) -> Cfg:
     return Cfg(text.raw, defaults.for_model_type(model_type), text.where)
 
 
+# Fields that mean a cache other than plain attention. For a model_type kvplan does not know, reading such a
+# config as a llama-style decoder would print a plain-attention figure for a model that is not one: refused
+# instead, naming the fields. (Known families read them in their own modules.)
+FOREIGN_CACHE_FIELDS: dict[str, tuple[str, ...]] = {
+    "linear-attention state": ("linear_num_value_heads", "linear_num_key_heads", "linear_key_head_dim",
+                               "linear_value_head_dim", "linear_conv_kernel_dim", "full_attention_interval",
+                               "linear_attn_config"),
+    "Mamba/SSM state": ("mamba_d_state", "mamba_d_conv", "mamba_expand", "mamba_num_heads", "ssm_state_size",
+                        "state_size", "time_step_rank", "hybrid_override_pattern", "layers_block_type",
+                        "attn_layer_period", "mamba_dt_rank", "ssm_cfg"),
+    "short-convolution state": ("conv_L_cache", "conv_bias", "block_dim", "full_attn_idxs"),
+    "latent attention": ("kv_lora_rank", "q_lora_rank", "compress_ratios"),
+    "sparse-attention index": ("index_topk", "index_n_heads", "index_head_dim"),
+    "shared KV": ("num_kv_shared_layers", "kv_sharing"),
+    "cross attention": ("cross_attention_layers",),
+}
+
+
+def _unknown_family(text: Cfg) -> list[str]:
+    """A config whose model_type no family module claims: refuse one that carries non-plain cache fields, else
+    the warning every output repeats."""
+    model_type = str(text.raw.get("model_type") or "")
+    if model_type in decoder.QUIRKS:
+        return []
+    found = {what: [f for f in names if text.raw.get(f) is not None] for what, names in FOREIGN_CACHE_FIELDS.items()}
+    found = {what: fs for what, fs in found.items() if fs}
+    shown_type = f"model_type '{model_type}'" if model_type else "a config without model_type"
+    if found:
+        detail = "; ".join(f"{what}: {', '.join(fs)}" for what, fs in found.items())
+        raise ConfigError(f"{text.where}: {shown_type} is not a family kvplan knows, and its config carries fields "
+                          f"of a cache kvplan cannot interpret for it ({detail}); kvplan will not size it as plain "
+                          "attention (the README's family table lists what it sizes)")
+    window = " (sliding_window applied to every layer)" if text.raw.get("sliding_window") else ""
+    return [f"{shown_type} is not a family kvplan knows: sized as a llama-style decoder from its standard fields "
+            f"(layers, heads, KV heads, head_dim){window}; check the figure against the model's code"]
+
+
 def family_of(top: Cfg, text: Cfg) -> Family:
     for fam in FAMILIES:
         if fam.matches(top, text):
@@ -109,6 +146,8 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
         notes.append(f"cross-attention over {enc_len:,} encoder positions per sequence")
     else:
         fam = family_of(top, text)
+        if fam is DEFAULT:
+            warnings.extend(_unknown_family(text))
         caches, weights, tied = fam.build(top, text)
         family, keys, is_enc_dec, enc_len = fam.name, fam.max_ctx_keys, False, None
         n_layers = max((i for i, _ in caches), default=-1) + 1
