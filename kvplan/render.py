@@ -19,6 +19,7 @@ KIND_LABELS = {
     "sliding": "sliding",
     "chunked": "chunked",
     "mla": "MLA latent",
+    "indexer": "indexer keys",
     "linear_state": "linear state",
     "mamba_state": "Mamba state",
     "cross": "cross",

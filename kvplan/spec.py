@@ -153,6 +153,41 @@ class LatentAttention(LayerCache):
 
 
 @dataclass(frozen=True)
+class SparseLatentAttention(LatentAttention):
+    """DeepSeek sparse attention (DSA: DeepSeek-V3.2, GLM-5): the MLA latent of a layer whose attention reads only
+    the top-k tokens a lightning indexer picks. Same latent as MLA (JSON kind `mla`); engines store it differently
+    (vLLM and SGLang keep fp8 as a 656-byte record with scales and a bf16 RoPE part), so it is a class of its own."""
+
+    kind: ClassVar[str] = "mla"
+
+    def describe(self) -> str:
+        return f"sparse latent attention (DSA), latent {self.kv_lora_rank} + rope {self.rope_dim}"
+
+
+@dataclass(frozen=True)
+class IndexerKeys(LayerCache):
+    """The DSA lightning indexer's key cache: one `head_dim`-wide key per token per layer (single head, whatever
+    `index_n_heads` is: the heads live on the query side). Sits beside the layer's SparseLatentAttention."""
+
+    kind: ClassVar[str] = "indexer"
+    head_dim: int
+
+    @property
+    def grows_with_context(self) -> bool:
+        return True
+
+    @property
+    def fp8_record_bytes(self) -> int:
+        """Bytes per token as the serving engines store the keys: fp8 values plus one fp32 scale per 128 (vLLM's
+        DeepseekV32IndexerCache, SGLang's index_k_with_scale_buffer, TensorRT-LLM's indexer K pool all agree),
+        whatever the KV cache dtype."""
+        return self.head_dim + self.head_dim // 128 * 4
+
+    def describe(self) -> str:
+        return f"sparse-attention indexer keys, 1 head x {self.head_dim}"
+
+
+@dataclass(frozen=True)
 class RecurrentState(LayerCache):
     """A fixed-size state per sequence: a convolution window over `conv_dim` channels and a recurrent matrix
     (`ssm_shape`). Its first SSM axis and the conv channels split across tensor-parallel ranks."""

@@ -498,6 +498,16 @@ MODELS: dict[str, Model] = {m.name: m for m in (
        rope__dimension_count=64, leading_dense_block_count=1, expert_count=4, expert_used_count=2,
        expert_shared_count=1, expert_feed_forward_length=32, expert_gating_func=2,
        attention__indexer__head_count=4, attention__indexer__key_length=128, attention__indexer__top_k=256),
+    # GLM-5.2 style (arch glm-dsa): the same blocks; an indexer only on the layers attention.indexer.types marks
+    # full (1), so the indexer cache holds 3 of the 6 layers
+    _m("glm-dsa", "glm-dsa", "GLM-5.2 (DSA, indexer on layers 0-2 only)", t_deepseek32, block_count=6,
+       embedding_length=64, feed_forward_length=64, attention__head_count=4, attention__head_count_kv=1,
+       attention__key_length=576, attention__value_length=512, attention__key_length_mla=192,
+       attention__value_length_mla=128, attention__kv_lora_rank=512, attention__q_lora_rank=32,
+       rope__dimension_count=64, leading_dense_block_count=1, expert_count=4, expert_used_count=2,
+       expert_shared_count=1, expert_feed_forward_length=32, expert_gating_func=2,
+       attention__indexer__head_count=4, attention__indexer__key_length=128, attention__indexer__top_k=256,
+       attention__indexer__types=[1, 1, 1, 0, 0, 0]),
     # Mamba-2.8B: d_inner 2 x embd, conv 4, state 16
     _m("mamba", "mamba", "mamba-2.8b (conv 4, state 16, inner = 2 x embd)", t_mamba, block_count=4,
        embedding_length=64, ssm__conv_kernel=4, ssm__inner_size=128, ssm__state_size=16, ssm__time_step_rank=4),
@@ -607,10 +617,6 @@ class Case:
 KVPLAN_DTYPE = {"f16": "fp16", "f32": "fp32", "bf16": "bf16", "q8_0": "q8_0", "q4_0": "q4_0", "q4_1": "q4_1",
                 "q5_0": "q5_0", "q5_1": "q5_1", "iq4_nl": "iq4_nl"}
 
-DSA = ("deepseek32 builds llama_kv_cache_dsa (src/llama-model.cpp create_memory -> src/llama-kv-cache-dsa.cpp): a "
-       "V-less MLA latent cache plus a lightning-indexer key cache (indexer.key_length, one head); kvplan has no "
-       "deepseek32 row in gguf_spec.ARCHS and reads it as plain attention (K 576 + V 512, no indexer)")
-
 CASES: list[Case] = [
     # plain GQA / MHA: n_ctx padded to 256, one stream
     Case("llama-gqa-c4096", "llama-gqa", 4096, compute=True),
@@ -666,7 +672,9 @@ CASES: list[Case] = [
     Case("deepseek-mla-nextn-c4096", "deepseek-mla-nextn", 4096),
     Case("deepseek-mla-c4096-fa-off", "deepseek-mla", 4096, fa="off"),
     Case("deepseek-legacy-c4096", "deepseek-legacy", 4096),
-    Case("deepseek32-c4096", "deepseek32", 4096, xfail=DSA),
+    Case("deepseek32-c4096", "deepseek32", 4096),
+    Case("deepseek32-np2-q8", "deepseek32", 1500, batch=2, ctk="q8_0", ctv="q8_0"),
+    Case("glm-dsa-c4096", "glm-dsa", 4096),
     # recurrent state: f32 r/s rows for max(1, np) sequences, no per-token growth
     Case("mamba-c4096", "mamba", 4096, compute=True),
     Case("mamba-np4-c1000", "mamba", 1000, batch=4),

@@ -3,17 +3,55 @@
 Cache per layer: the compressed latent (kv_lora_rank) + the shared RoPE key (qk_rope_head_dim).
 MoE: layers >= first_k_dense_replace with layer % moe_layer_freq == 0 are sparse (routed + shared experts).
 Multi-token-prediction layers (num_nextn_predict_layers) are listed as part "mtp": outside params and weights.
+DeepSeek sparse attention (DSA: DeepSeek-V3.2, GLM-5), recognised as vLLM does by `index_topk`: the latent of every
+layer plus, on layers that run their own lightning indexer, one `index_head_dim` key per token (IndexerKeys).
 """
 
 from __future__ import annotations
 
 from kvplan.architectures import base
 from kvplan.architectures.base import Cfg
-from kvplan.spec import LatentAttention, WeightPart
+from kvplan.errors import ConfigError
+from kvplan.spec import IndexerKeys, LatentAttention, SparseLatentAttention, WeightPart
 
 
 def is_mla(c: Cfg) -> bool:
     return c.get("kv_lora_rank") is not None and c.get("qk_rope_head_dim") is not None
+
+
+def is_sparse(c: Cfg) -> bool:
+    """vLLM's `is_v32 = hasattr(config, "index_topk")` (models/deepseek_v2.py); SGLang's is_deepseek_dsa also."""
+    return c.get("index_topk") is not None
+
+
+def own_indexer_layers(c: Cfg, n: int) -> list[bool]:
+    """Which layers run (and cache for) their own indexer; the others reuse the previous one's top-k and keep no
+    indexer keys. The three engines that read it agree: transformers' GlmMoeDsaConfig.indexer_types (from
+    `index_topk_pattern`, else `index_topk_freq` / `index_skip_topk_offset`), vLLM's DeepseekV2Attention
+    `_skip_topk`, llama.cpp's is_indexer_full (GLM-5.2: layers 0-2 and every 4th)."""
+    types = c.get("indexer_types")
+    if types is not None:
+        if len(types) < n or any(t not in ("full", "shared") for t in types[:n]):
+            raise ConfigError(f"{c.where}: indexer_types must name 'full' or 'shared' for each of the {n} layers")
+        return [t == "full" for t in types[:n]]
+    pattern = c.get("index_topk_pattern")
+    if pattern is not None:
+        if any(ch not in "FS" for ch in pattern):
+            raise ConfigError(f"{c.where}: index_topk_pattern must be letters F (own indexer) and S (shared), "
+                              f"found {pattern[:40]!r}")
+        return [i >= len(pattern) or pattern[i] == "F" for i in range(n)]
+    freq = int(c.get("index_topk_freq", default=1))
+    offset = int(c.get("index_skip_topk_offset", default=2))
+    return [max(i - offset + 1, 0) % freq == 0 for i in range(n)]
+
+
+def _indexer(c: Cfg, layer: int, hidden: int) -> list[WeightPart]:
+    """The lightning indexer (transformers DeepseekV32Indexer / GlmMoeDsaIndexer): replicated on every TP rank."""
+    heads, dim, q_lora = c.need_int("index_n_heads"), c.need_int("index_head_dim"), c.need_int("q_lora_rank")
+    return (base.linear("self_attn.indexer.wq_b", q_lora, heads * dim, split="replicated", layer=layer)
+            + base.linear("self_attn.indexer.wk", hidden, dim, split="replicated", layer=layer)
+            + base.norm("self_attn.indexer.k_norm", dim, bias=True, layer=layer)
+            + base.linear("self_attn.indexer.weights_proj", hidden, heads, split="replicated", layer=layer))
 
 
 def _attention(c: Cfg, layer: int, hidden: int) -> list[WeightPart]:
@@ -54,22 +92,29 @@ def _mlp(c: Cfg, layer: int, hidden: int) -> list[WeightPart]:
     return parts
 
 
-def _layer(c: Cfg, layer: int, hidden: int) -> list[WeightPart]:
-    return _attention(c, layer, hidden) + _mlp(c, layer, hidden) + base.decoder_layer_norms(layer, hidden, 2)
+def _layer(c: Cfg, layer: int, hidden: int, indexer: bool = False) -> list[WeightPart]:
+    parts = _attention(c, layer, hidden) + _mlp(c, layer, hidden) + base.decoder_layer_norms(layer, hidden, 2)
+    return parts + (_indexer(c, layer, hidden) if indexer else [])
 
 
 def build(top: Cfg, c: Cfg):
     c.need_all("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size", "kv_lora_rank",
                "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
     n, hidden, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
-    cache = LatentAttention(
-        c.need_int("kv_lora_rank"), c.need_int("qk_rope_head_dim"), c.need_int("num_attention_heads"),
-        c.need_int("qk_nope_head_dim"), c.need_int("v_head_dim"),
-    )
-    caches = [(i, cache) for i in range(n)]
+    sparse = is_sparse(c)
+    latent = (c.need_int("kv_lora_rank"), c.need_int("qk_rope_head_dim"), c.need_int("num_attention_heads"),
+              c.need_int("qk_nope_head_dim"), c.need_int("v_head_dim"))
+    cache = SparseLatentAttention(*latent) if sparse else LatentAttention(*latent)
+    indexed = own_indexer_layers(c, n) if sparse else [False] * n
+    keys = IndexerKeys(c.need_int("index_head_dim")) if sparse else None
+    caches = []
+    for i in range(n):
+        caches.append((i, cache))
+        if indexed[i]:
+            caches.append((i, keys))
     weights = [base.embedding(vocab, hidden)]
     for i in range(n):
-        weights += _layer(c, i, hidden)
+        weights += _layer(c, i, hidden, indexed[i])
     weights += base.norm("norm", hidden)
     is_tied = base.tied(top, c, False)
     weights += base.lm_head(vocab, hidden, is_tied)
@@ -84,5 +129,5 @@ def build(top: Cfg, c: Cfg):
             WeightPart("mtp.shared_head.norm", (hidden,), "norm", "mtp", "replicated", i),
             WeightPart("mtp.shared_head.head", (vocab, hidden), "lm_head", "mtp", "vocab", i),
         ]
-        weights += base.in_part(_layer(c, i, hidden), "mtp")
+        weights += base.in_part(_layer(c, i, hidden, sparse), "mtp")  # MTP layers always build an indexer
     return caches, weights, is_tied

@@ -34,7 +34,7 @@ weight bytes are the sum of what the file holds; the role comes from the tensor 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from typing import Any
 
 from kvplan.architectures import schema
@@ -43,6 +43,7 @@ from kvplan.gguf import GGUFHeader, GGUFTensor
 from kvplan.spec import (
     ChunkedLocal,
     FullAttention,
+    IndexerKeys,
     LatentAttention,
     LayerCache,
     LinearAttentionState,
@@ -50,6 +51,7 @@ from kvplan.spec import (
     ModelSpec,
     NoCache,
     SlidingWindow,
+    SparseLatentAttention,
     WeightPart,
     Widths,
 )
@@ -69,6 +71,7 @@ class Arch:
     state: str = ""  # mamba1 | mamba2 | gdn (gated delta net, qwen3next)
     attends_too: bool = False  # recurrent layers attend as well (falcon-h1: parallel hybrid)
     mla: bool = False  # deepseek2: latent cache when the *_mla keys are present
+    dsa: str = ""  # DeepSeek sparse attention: "all" (deepseek32) or "types" (glm-dsa: indexer.types / defaults)
     no_position_limit: bool = False  # pure state-space: context_length is nominal
 
 
@@ -95,6 +98,8 @@ ARCHS: dict[str, Arch] = {
     "gpt-oss": Arch("gpt-oss", "standard", 2),
     "llama4": Arch("llama4", "chunked", 4, swa_window=8192, swa_fixed_window=True),
     "deepseek2": Arch("deepseek-mla", mla=True),
+    "deepseek32": Arch("deepseek-mla", mla=True, dsa="all"),
+    "glm-dsa": Arch("deepseek-mla", mla=True, dsa="types"),
     "mamba": Arch("mamba", recurrent="all", state="mamba1", no_position_limit=True),
     "mamba2": Arch("mamba2", recurrent="all", state="mamba2", no_position_limit=True),
     "jamba": Arch("jamba", recurrent="kv0", state="mamba1"),
@@ -171,11 +176,13 @@ class _Keys:
 
 # The same plausible ranges as for config.json fields (schema.py); anything else up to MAX_POSITIONS
 _LIMITS = {"block_count": schema.MAX_LAYERS, "attention.head_count": schema.MAX_HEADS,
-           "attention.head_count_kv": schema.MAX_HEADS, "nextn_predict_layers": schema.MAX_LAYERS}
+           "attention.head_count_kv": schema.MAX_HEADS, "nextn_predict_layers": schema.MAX_LAYERS,
+           "attention.indexer.key_length": schema.MAX_DIM}
 
 
 # Keys that size something and so cannot be 0 (a conv kernel of 0 would make a state of -1 columns)
-_AT_LEAST = {"block_count": 1, "ssm.conv_kernel": 1, "ssm.inner_size": 1, "ssm.state_size": 1}
+_AT_LEAST = {"block_count": 1, "ssm.conv_kernel": 1, "ssm.inner_size": 1, "ssm.state_size": 1,
+             "attention.indexer.key_length": 1}
 
 
 def _as_int(value: Any, key: str, source: str, high: int = schema.MAX_POSITIONS, low: int = 0) -> int:
@@ -268,6 +275,22 @@ def _latent(k: _Keys, kv_heads: int, key_len: int) -> LatentAttention | None:
     return LatentAttention(rank, rope, heads, int(k_mla) - rope, int(v_mla))
 
 
+def _indexer_layers(k: _Keys, a: Arch, trunk: int) -> list[bool]:
+    """llama.cpp's is_indexer_full per trunk layer: every layer for deepseek32; for glm-dsa the file's
+    attention.indexer.types, else every layer before GLM-5.2 (context_length < 1,048,576) and GLM-5.2's own default
+    (layers 0-2, then every 4th) after it (src/models/glm-dsa.cpp)."""
+    if a.dsa == "all":
+        return [True] * trunk
+    types = k.get("attention.indexer.types")
+    if isinstance(types, list):
+        if len(types) < trunk or any(t not in (0, 1) for t in types[:trunk]):
+            raise ConfigError(f"{k.h.source}: {k.arch}.attention.indexer.types must be 0 or 1 for each of the {trunk} layers")
+        return [t == 1 for t in types[:trunk]]
+    if k.int("context_length", 0) < 1048576:
+        return [True] * trunk
+    return [max(il - 2, 0) % 4 == 0 for il in range(trunk)]
+
+
 def _caches(k: _Keys, a: Arch, n: int) -> tuple[list[tuple[int, LayerCache]], list[str]]:
     attends = a.recurrent != "all" or a.attends_too
     heads = k.per_layer("attention.head_count", n) if attends else [0] * n
@@ -292,6 +315,8 @@ def _caches(k: _Keys, a: Arch, n: int) -> tuple[list[tuple[int, LayerCache]], li
         notes.append(f"the last {nextn} block(s) are multi-token-prediction layers: llama.cpp gives them no KV cache "
                      "(their weights are in the file and counted)")
     caches: list[tuple[int, LayerCache]] = []
+    indexed = _indexer_layers(k, a, n - nextn) if a.dsa else []
+    keys = IndexerKeys(k.int("attention.indexer.key_length")) if a.dsa else None
     for il in range(n):
         if il >= n - nextn:
             caches.append((il, NoCache()))
@@ -304,7 +329,9 @@ def _caches(k: _Keys, a: Arch, n: int) -> tuple[list[tuple[int, LayerCache]], li
             # a plain llama_kv_cache keeps such a layer (zero-width K); a hybrid's attention cache leaves it out
             caches.append((il, NoCache(zero_kv_heads=state is None)))
         elif a.mla and (latent := _latent(k, kv[il], dk)) is not None:
-            caches.append((il, latent))
+            caches.append((il, SparseLatentAttention(*astuple(latent)) if a.dsa else latent))
+            if a.dsa and indexed[il]:
+                caches.append((il, keys))
         elif swa[il] and a.swa == "chunked":
             caches.append((il, ChunkedLocal(kv[il], dk_swa, dv_swa, chunk=window)))
         elif swa[il]:

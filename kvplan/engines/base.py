@@ -226,6 +226,18 @@ def serving_dtype(spec: ModelSpec) -> DType:
     return dtypes.KV_DTYPES[name]
 
 
+def gpu_arch(gpu_name: str | None) -> str:
+    """hopper (SM90) | blackwell (SM100 data-centre) | sm120 (RTX 50xx / RTX PRO Blackwell) | other."""
+    n = (gpu_name or "").lower()
+    if any(k in n for k in ("h100", "h200", "gh200", "h800", "h20")):
+        return "hopper"
+    if any(k in n for k in ("b200", "gb200", "b100", "b300")):
+        return "blackwell"
+    if any(k in n for k in ("5090", "5080", "5070", "rtx pro 6000", "rtx-pro-6000", "pro 6000 blackwell")):
+        return "sm120"
+    return "other"
+
+
 # ---------------------------------------------------------------------------------------------- budgets
 @dataclass(frozen=True)
 class GpuContext:

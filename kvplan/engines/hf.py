@@ -18,9 +18,9 @@ from kvplan.engines.base import EngineInfo, KVDtypes, PlanGroup, tensor
 from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
 from kvplan.parallel import heads_unsplit
-from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, LatentAttention, LayerCache, LinearAttentionState,
-                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
-                         WindowBeyondContext)
+from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
+                         LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
+                         SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,21 @@ class LatentLayer(KVLayer):
 
 
 @dataclass(frozen=True)
+class IndexerLayer(KVLayer):
+    """DSA (DeepseekV32 / GlmMoeDsa model code): DynamicIndexedLayer.indexer_keys [batch, tokens, index_head_dim]
+    beside the layer's latent, in the compute dtype (cache_utils.py), on layers that run their own indexer."""
+
+    def tokens(self, c: IndexerKeys, ctx: int) -> int:
+        return ctx
+
+    def tensors(self, c: IndexerKeys, ctx: int, batch: int, p: "Prepared") -> list:
+        if not p.selected.rules.mla_latent:
+            raise InputError(f"{p.selected.label} has no DeepSeek sparse attention model code (deepseek_v32, "
+                             "glm_moe_dsa); --engine hf@5.15 or later plans it")
+        return [tensor("indexer_keys", (batch, ctx, c.head_dim), p.kvd.k)]
+
+
+@dataclass(frozen=True)
 class StateLayer:
     """Mamba / linear-attention cache: a conv window of the full kernel width in the compute dtype, and the
     recurrent/SSM state in fp32."""
@@ -115,6 +130,8 @@ KIND_RULES: dict[type, Any] = {
     ChunkedLocal: KVLayer(keep=True),  # Llama-4: the same class with window = attention_chunk_size
     CrossAttention: KVLayer(fixed=True),
     LatentAttention: LatentLayer(),
+    SparseLatentAttention: LatentLayer(),
+    IndexerKeys: IndexerLayer(),
     MambaState: StateLayer("ssm_states"),
     LinearAttentionState: StateLayer("recurrent_states"),
     SharedKV: layout.NO_CACHE,
@@ -183,7 +200,9 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         notes.append(selected.note)
     if SlidingWindow in kinds:
         notes.append("sliding layers keep window-1 tokens (DynamicSlidingWindowLayer)")
-    if LatentAttention in kinds:
+    if IndexerKeys in kinds:
+        notes.append("DeepSeek sparse attention: indexer keys [batch, tokens, index_head_dim] beside the latent")
+    if kinds & {LatentAttention, SparseLatentAttention}:
         notes.append("MLA cached as the latent (512 + 64) since transformers 5.15" if selected.rules.mla_latent
                      else "MLA cached as decompressed K/V (transformers <= 5.14)")
     if any(issubclass(k, RecurrentState) for k in kinds):

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterator, Mapping, TypeVar
 from kvplan.engines.base import CachePlan, PlanGroup, Request
 from kvplan.errors import InputError
 from kvplan.parallel import pp_partition
-from kvplan.spec import FullAttention, LatentAttention, LayerCache, ModelSpec
+from kvplan.spec import FullAttention, IndexerKeys, LatentAttention, LayerCache, ModelSpec
 
 R = TypeVar("R")
 Caches = tuple[tuple[int, LayerCache], ...]
@@ -103,6 +103,8 @@ def geometry(c: LayerCache, tp: int, heads_per_gpu: Callable[[int, int], int]) -
     """JSON geometry of a layer cache on one GPU (MLA: one latent 'head', never split by TP; state: none)."""
     if isinstance(c, LatentAttention):
         return {"kv_heads": 1, "head_dim_k": c.latent_dim, "head_dim_v": 0, "window": None}
+    if isinstance(c, IndexerKeys):
+        return {"kv_heads": 1, "head_dim_k": c.head_dim, "head_dim_v": 0, "window": None}
     if not isinstance(c, FullAttention):
         return {"kv_heads": None, "head_dim_k": None, "head_dim_v": None, "window": None}
     window = c.span if c.grows_with_context else None  # cross attention's span is its fixed encoder length

@@ -24,9 +24,9 @@ from kvplan.engines.base import EngineInfo, Knob, KVDtypes, PlanGroup, knob_tabl
 from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
 from kvplan.parallel import heads_unsplit
-from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, LatentAttention, LinearAttentionState,
+from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LinearAttentionState,
                          MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
-                         WindowBeyondContext)
+                         SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -139,6 +139,19 @@ class LatentCells(KVCells):
 
 
 @dataclass(frozen=True)
+class IndexerCells(KVCells):
+    """DSA (deepseek32, glm-dsa): llama_kv_cache_dsa keeps a second llama_kv_cache for the lightning indexer's keys,
+    one head of indexer.key_length per cell in type_k and no V (src/llama-kv-cache-dsa.cpp), on the layers whose
+    indexer is full (is_indexer_full)."""
+
+    def layer(self, c: IndexerKeys, cl: Cells, batch: int, p: "Prepared") -> tuple[list, int]:
+        return [tensor("K (indexer)", (cl.streams * cl.base, c.head_dim), p.kvd.k)], p.kvd.k.nbytes(c.head_dim)
+
+    def dtype_label(self, p: "Prepared") -> str:
+        return p.kvd.k.name
+
+
+@dataclass(frozen=True)
 class ZeroHeadCells(KVCells):
     """An attention layer without KV heads: in the cache with a zero-width K; with -fa off (V stored transposed) it
     still gets a V row of the widest layer's width (src/llama-kv-cache.cpp: n_embd_v_gqa_max() when v_trans)."""
@@ -175,6 +188,8 @@ KIND_RULES: dict[type, Any] = {
     ChunkedLocal: KVCells(swa=True),
     CrossAttention: layout.Omitted("cross-attention K/V are recomputed from the stored encoder output"),
     LatentAttention: LatentCells(),
+    SparseLatentAttention: LatentCells(),  # llama_kv_cache_dsa's main cache: the MLA latent as deepseek2's
+    IndexerKeys: IndexerCells(),
     MambaState: RecurrentRows(),
     LinearAttentionState: RecurrentRows(),
     SharedKV: layout.NO_CACHE,
@@ -273,7 +288,9 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         notes.append("SWA layers get full cells (--swa-full)" if swa_full
                      else f"SWA/chunked layers: PAD(window + n_ubatch, 256) cells, n_ubatch = min(-ub {ubatch}, -b {N_BATCH}, -c) "
                           "(--swa-full off, server default)")
-    if LatentAttention in kinds:
+    if IndexerKeys in kinds:
+        notes.append("DeepSeek sparse attention: a second cache of indexer keys (K only, type_k) beside the latent")
+    if kinds & {LatentAttention, SparseLatentAttention}:
         notes.append("MLA: K = latent (kv_lora_rank + rope)" + (", V = kv_lora_rank stored beside it" if rules.mla_v
                                                                else ", no V tensor (V-less cache)"))
     if CrossAttention in kinds:

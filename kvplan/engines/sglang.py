@@ -16,17 +16,22 @@ from kvplan.engines import base, layout
 from kvplan.engines.base import EngineInfo, Knob, KVDtypes, PlanGroup, knob_table, tensor
 from kvplan.engines.versions import Selected, select
 from kvplan.parallel import heads_floor, pad_to
-from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, LatentAttention, LayerCache, LinearAttentionState,
-                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
-                         WindowBeyondContext)
+from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
+                         LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
+                         SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
 class Rules:
     fraction_tiers: bool  # mem_fraction_static from GPU-size tiers (0.5) vs the TP table (<= 0.4)
+    # DSA fp8 latent on Blackwell (SM >= 10): the trtllm DSA backends read the plain 576-byte fp8 latent
+    # (kv_cache_configurator.py calculate_mla_kv_cache_dim, 0.5.23); earlier 0.5 builds stored the 656-byte
+    # scaled record there too (an 8x B200 DeepSeek-V3.2 log of 2025-10: 788 B per layer)
+    dsa_blackwell_plain_fp8: bool = False
 
 
-VERSIONS = [("0.4", Rules(False)), ("0.5", Rules(True))]
+VERSIONS = [("0.4", Rules(False)), ("0.5", Rules(True)), ("0.5.23", Rules(True, dsa_blackwell_plain_fp8=True))]
+DSA_PAGE = 64  # arg_groups/model_overrides/deepseek_v2.py: DSA models run with page_size 64 (even over --page-size)
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2")  # cache dtypes this engine can store
 KNOBS = knob_table(
     Knob("page_size", "count", "tokens per page (SGLang default 1; some attention backends force 64/128)"),
@@ -110,6 +115,42 @@ class LatentPool(TokenPool):
 
 
 @dataclass(frozen=True)
+class SparseLatentPool(LatentPool):
+    """DSATokenToKVPool's latent buffer (mem_cache/memory_pool.py): fp8 is stored as a uint8 record of the fp8
+    latent, one fp32 scale per 128 and the RoPE part in bf16 (512 + 16 + 128 = 656 B), except where the DSA
+    backend reads the plain layout (trtllm on Blackwell in 0.5.23)."""
+
+    def token_bytes(self, c: SparseLatentAttention, p: "Prepared") -> int:
+        if p.kvd.k.nbytes(8) < 16 and not p.dsa_plain_fp8:
+            return c.kv_lora_rank + c.kv_lora_rank // 128 * 4 + 2 * c.rope_dim
+        return p.kvd.k.nbytes(c.latent_dim)
+
+    def tensors(self, c: SparseLatentAttention, rows: int, n: int, p: "Prepared") -> tuple:
+        if p.kvd.k.nbytes(8) < 16 and not p.dsa_plain_fp8:
+            return (tensor("kv_buffer (fp8 latent + scales + bf16 rope)", (rows, 1, self.token_bytes(c, p)), "uint8", n),)
+        return super().tensors(c, rows, n, p)
+
+    def dtype_label(self, kvd: KVDtypes) -> str:
+        return kvd.k.name + ("+scales" if kvd.k.nbytes(8) < 16 else "")
+
+
+@dataclass(frozen=True)
+class IndexKeyPool(LatentPool):
+    """DSA indexer keys (mem_cache/index_key_cache.py): per layer (pages, page x 132) uint8 with pages =
+    (pool size + page + 1) // page; counted in the cell size (pool_configurator.py _compute_dsa_indexer_cell_size)."""
+
+    def token_bytes(self, c: IndexerKeys, p: "Prepared") -> int:
+        return c.fp8_record_bytes
+
+    def tensors(self, c: IndexerKeys, rows: int, n: int, p: "Prepared") -> tuple:
+        pages = (rows + 1) // p.page  # rows = pool size + one page
+        return (tensor("index_k_with_scale_buffer", (pages, p.page * c.fp8_record_bytes), "uint8", n),)
+
+    def dtype_label(self, kvd: KVDtypes) -> str:
+        return "fp8+scales"
+
+
+@dataclass(frozen=True)
 class StateSlots:
     """MambaPool: one state slot per running request, conv window kernel-1 in the model dtype and the SSM
     state in fp32 (--mamba-ssm-dtype default)."""
@@ -135,6 +176,8 @@ KIND_RULES: dict[type, Any] = {
     ChunkedLocal: TokenPool("swa"),
     CrossAttention: TokenPool("cross", fixed=True),
     LatentAttention: LatentPool("full"),
+    SparseLatentAttention: SparseLatentPool("full"),
+    IndexerKeys: IndexKeyPool("full"),
     MambaState: StateSlots(),
     LinearAttentionState: StateSlots(),
     SharedKV: layout.NO_CACHE,
@@ -165,6 +208,7 @@ class Prepared(layout.StagedLayout):
     state: tuple[dtypes.DType, dtypes.DType]
     assumptions: tuple[str, ...]
     max_total_tokens: int | None = None
+    dsa_plain_fp8: bool = False  # a DSA latent in fp8 is stored plain (576 B), not as the 656 B record
 
     @property
     def label(self) -> str:
@@ -198,13 +242,25 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
             gpu: base.GpuContext | None = None) -> Prepared:
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     base.check_tp_heads(spec, tp)
-    page = int(opts.get("page_size") or 1)
+    kinds = {type(c) for _, c in spec.caches}
+    sparse = SparseLatentAttention in kinds
+    page = DSA_PAGE if sparse else int(opts.get("page_size") or 1)
     hybrid_swa = spec.architecture in HYBRID_SWA_ARCHITECTURES
-    notes = [f"page size {page} token(s){' (SGLang default)' if not opts.get('page_size') else ''}; each pool "
-             "allocates one extra page of padding rows"]
+    why = " (DSA models run with 64)" if sparse else "" if opts.get("page_size") else " (SGLang default)"
+    notes = [f"page size {page} token(s){why}; each pool allocates one extra page of padding rows"]
     if selected.note:
         notes.append(selected.note)
-    kinds = {type(c) for _, c in spec.caches}
+    arch = base.gpu_arch(gpu.name if gpu is not None else None) if gpu is not None else "hopper"
+    plain_fp8 = sparse and selected.rules.dsa_blackwell_plain_fp8 and arch == "blackwell"
+    if sparse:
+        where = arch if gpu is not None else "Hopper (size assumes a Hopper GPU)"
+        notes.append(f"DeepSeek sparse attention on {where}: an fp8 latent is "
+                     + ("stored plain (576 B; the trtllm DSA backends)" if plain_fp8 else
+                        "a 656 B record (fp8 latent + fp32 scales + bf16 RoPE)")
+                     + "; indexer keys fp8 + fp32 scales (132 B) per layer, in the cell size")
+        if kvd.source == "engine default" and arch == "blackwell":
+            notes.append("SGLang's auto KV dtype for DSA models is fp8_e4m3 on SM >= 10 (arg_groups/overrides.py "
+                         "_dsa_kv_cache_dtype_default); this plan uses the model dtype: --kv-dtype fp8 plans SGLang's default")
     if kinds & {SlidingWindow, ChunkedLocal}:
         notes.append("sliding/chunked layers hold min(ctx, window) tokens (SGLang hybrid-SWA pool)" if hybrid_swa
                      else "SGLang gives this model's sliding-window layers full-length cache (not a hybrid-SWA model)")
@@ -214,7 +270,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         notes.append(f"Mamba state per request: conv kernel-1 in {state[0].name}, SSM in {state[1].name}")
     cap = opts.get("max_total_tokens")
     return Prepared(selected, spec, layout.stages(spec, pp), kvd, page, tp, pp, hybrid_swa, state, tuple(notes),
-                    int(cap) if cap else None)
+                    int(cap) if cap else None, plain_fp8)
 
 
 def default_mem_fraction(gpu_mib: int | None, tp: int, pp: int, rules: Rules, mla: bool) -> float:

@@ -13,9 +13,9 @@ from kvplan.engines import base, layout
 from kvplan.engines.base import EngineInfo, Knob, KVDtypes, PlanGroup, cdiv, knob_table, tensor
 from kvplan.engines.versions import Selected, select
 from kvplan.parallel import heads_ceil
-from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, LatentAttention, LayerCache, LinearAttentionState,
-                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
-                         WindowBeyondContext)
+from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
+                         LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
+                         SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,19 @@ class LatentBlockPool(BlockPool):
 
 
 @dataclass(frozen=True)
+class IndexerBlockPool(LatentBlockPool):
+    """DSA indexer keys (_torch/attention_backend/sparse/dsa/cache_manager.py DSACacheManager): a uint8 pool sharing
+    the latent pool's block ids, fp8 keys + an fp32 scale per 128 per token, counted in get_cache_size_per_token
+    and not scaled by the KV dtype."""
+
+    def token_bytes(self, c: IndexerKeys, p: "Prepared") -> int:
+        return c.fp8_record_bytes
+
+    def dtype_label(self, kvd: KVDtypes) -> str:
+        return "fp8+scales"
+
+
+@dataclass(frozen=True)
 class StateBuffers:
     """Mamba conv (kernel - 1, conv_dim / tp) and SSM states per request, in the state dtype."""
 
@@ -131,6 +144,8 @@ KIND_RULES: dict[type, Any] = {
     ChunkedLocal: BlockPool(windowed=True),
     CrossAttention: BlockPool(fixed=True),
     LatentAttention: LatentBlockPool(),
+    SparseLatentAttention: LatentBlockPool(),  # DSACacheManager: the plain 576-wide latent pool (no 656 B record)
+    IndexerKeys: IndexerBlockPool(),
     MambaState: StateBuffers(),
     LinearAttentionState: StateBuffers(),
     SharedKV: layout.NO_CACHE,

@@ -19,9 +19,9 @@ from kvplan.engines.base import CachePlan, EngineInfo, Knob, KVDtypes, PlanGroup
 from kvplan.engines.versions import Selected, select, version_key
 from kvplan.errors import InputError
 from kvplan.parallel import heads_floor
-from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, LatentAttention, LayerCache, LinearAttentionState,
-                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
-                         WindowBeyondContext)
+from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
+                         LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
+                         SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -103,13 +103,7 @@ def default_max_num_batched_tokens(total_gib: float | None, gpu_name: str, versi
     return 2048
 
 
-def gpu_arch(gpu_name: str | None) -> str:
-    n = (gpu_name or "").lower()
-    if any(k in n for k in ("h100", "h200", "gh200", "h800", "h20")):
-        return "hopper"
-    if any(k in n for k in ("b200", "gb200", "b100", "b300")):
-        return "blackwell"
-    return "other"
+gpu_arch = base.gpu_arch
 
 
 # ---------------------------------------------------------------------------------------------- specs
@@ -153,10 +147,13 @@ class FullSpec(VSpec):
 
 @dataclass(frozen=True)
 class MLASpec(VSpec):
-    """MLAAttentionSpec: one latent vector per token (no separate V), in the K dtype."""
+    """MLAAttentionSpec: one latent vector per token (no separate V), in the K dtype; `label` names a byte record
+    that is not a plain dtype (fp8_ds_mla, the indexer's fp8 keys with scales)."""
+
+    label: str = ""
 
     def dtype_label(self, kvd: KVDtypes) -> str:
-        return kvd.k.name
+        return self.label or kvd.k.name
 
 
 @dataclass(frozen=True)
@@ -240,6 +237,8 @@ class SpecEnv:
     state_align: bool  # mamba_cache_mode "align" (prefix caching on a hybrid)
     cross_tokens: int | None  # what cross-attention reserves, when not the encoder length
     wide_windows_slide: bool  # Rules.window_beyond_context_slides
+    arch: str = "hopper"  # gpu_arch of the planned GPU (size: Hopper)
+    sparse_block: int = 64  # SPARSE_BLOCK
 
 
 def _attention_bytes(c: FullAttention, env: SpecEnv) -> int:
@@ -279,6 +278,37 @@ def _mla(c: LatentAttention, env: SpecEnv) -> VSpec:
     return MLASpec(env.mla_block, env.kvd.k.nbytes(c.latent_dim))
 
 
+# DeepSeek sparse attention. v1/attention/backends/mla/flashmla_sparse.py: the fp8_ds_mla record is 512 fp8 latent
+# values + 4 fp32 scales (one per 128) + the 64-dim RoPE part in bf16 = 656 B (layers/attention/mla_attention.py
+# state_content_bytes); _canonicalize_sparse_mla_kv_cache_dtype turns any quantized dtype into it on FLASHMLA_SPARSE,
+# and auto/fp8 into it on FLASHINFER_MLA_SPARSE_SM120.
+DS_MLA_FP8_RECORD = 656
+SPARSE_BLOCK = 64  # DeepseekV32IndexerBackend supports block 64 only (CUDA); the sparse MLA backends multiples of 64
+
+
+def sparse_mla_record(c: LatentAttention, kvd: KVDtypes, arch: str) -> tuple[int, str]:
+    """(bytes per token, label) of a DSA layer's latent by the backend vLLM 0.32 picks (platforms/cuda.py):
+    SM90 fp8 -> FLASHMLA_SPARSE (fp8_ds_mla), bf16 -> FLASH_ATTN_MLA_SPARSE (plain); SM100 fp8 -> FLASHINFER_MLA_SPARSE,
+    which refuses fp8_ds_mla (plain fp8); SM120 -> FLASHINFER_MLA_SPARSE_SM120, fp8_ds_mla for auto and fp8."""
+    quantized = kvd.k.nbytes(8) < 16
+    auto = kvd.source == "engine default"
+    if c.kv_lora_rank == 512 and c.rope_dim == 64 and (
+            (quantized and arch in ("hopper", "other")) or (arch == "sm120" and (quantized or auto))):
+        return DS_MLA_FP8_RECORD, "fp8_ds_mla"
+    return kvd.k.nbytes(c.latent_dim), ""
+
+
+def _sparse_mla(c: SparseLatentAttention, env: SpecEnv) -> VSpec:
+    size, label = sparse_mla_record(c, env.kvd, env.arch)
+    return MLASpec(env.sparse_block, size, label)
+
+
+def _indexer(c: IndexerKeys, env: SpecEnv) -> VSpec:
+    """models/deepseek_v2.py Indexer: DeepseekV32IndexerCache(head_dim + head_dim // 128 * 4, torch.uint8), an
+    MLAAttentionSpec of its own (one UniformTypeKVCacheSpecs group with the latents: same blocks, two pages)."""
+    return MLASpec(env.sparse_block, c.fp8_record_bytes, "fp8+scales")
+
+
 def _mamba(c: RecurrentState, env: SpecEnv) -> VSpec:
     """MambaStateShapeCalculator: conv (kernel - 1, conv_dim / tp) + temporal state / tp. In "align" mode a request
     holds 2 pages (MambaSpec.max_memory_usage_bytes), Mamba-2 mixers one more for the prefill checkpoint
@@ -298,6 +328,8 @@ KIND_RULES: dict[type, Any] = {
     ChunkedLocal: _chunked,
     CrossAttention: _cross,
     LatentAttention: _mla,
+    SparseLatentAttention: _sparse_mla,
+    IndexerKeys: _indexer,
     MambaState: _mamba,
     LinearAttentionState: _mamba,
     SharedKV: layout.NO_CACHE,
@@ -409,7 +441,8 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
     state_align = rules.mamba_align_mode and hybrid_state and opts.get("enable_prefix_caching") is not False
     env = SpecEnv(tp, kvd, block, int(user_block or dict(rules.mla_block).get(arch, 16)),
                   _promotes_local(caches, disable, rules), state_dtypes, state_align,
-                  batched_tokens if rules.cross_reserves_batched_tokens else None, rules.window_beyond_context_slides)
+                  batched_tokens if rules.cross_reserves_batched_tokens else None, rules.window_beyond_context_slides,
+                  arch, int(user_block or SPARSE_BLOCK))
     if state_align and any(isinstance(c, RecurrentState) for _, c in caches):
         notes.append("prefix caching on a hybrid: state layers in mamba_cache_mode 'align', 2 state pages per request "
                      "(Mamba-2 mixers 3); --no-enable-prefix-caching gives 1")
@@ -570,7 +603,14 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
             f"({'async scheduling: 2 x ' if async_on else ''}max_num_batched_tokens)"
         )
     arch = gpu_arch(gpu_name) if gpu_name else "hopper"
-    if LatentAttention in kinds and not opts.get("block_size"):
+    if SparseLatentAttention in kinds:
+        size, label = sparse_mla_record(next(c for _, c in spec.caches if isinstance(c, SparseLatentAttention)), kvd, arch)
+        where = arch if gpu_name else "Hopper (size assumes a Hopper GPU)"
+        assumptions.append(f"DeepSeek sparse attention on {where}: latent {size} B per token per layer"
+                           f"{' (' + label + ': 512 fp8 + 4 fp32 scales + 64 bf16 RoPE)' if label else ''}, indexer "
+                           "keys fp8 with fp32 scales; both paged in one block pool"
+                           + ("" if opts.get("block_size") else f", block size {SPARSE_BLOCK} (the indexer backend's)"))
+    elif LatentAttention in kinds and not opts.get("block_size"):
         block = dict(rules.mla_block).get(arch, 16)
         assumptions.append(f"MLA block size {block} (the attention backend vLLM {selected.version} picks on "
                            f"{arch if gpu_name else 'Hopper (size assumes a Hopper GPU)'})")

@@ -284,7 +284,13 @@ def kvplan_lines(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
     full = [g for g in att if g["kind"] not in SLIDING]
     seqs = f"{det['n_seq_max']}/{det['streams']}"
     out: dict[str, dict[str, Any]] = {}
-    roles = [("base", full, det["cells"]), ("swa", swa, det["swa_cells"])] if swa else [("kv", full, det["cells"])]
+    indexer = [g for g in groups if g["kind"] == "indexer" and g["tensors"]]
+    if indexer:  # llama_kv_cache_dsa: the latent ("main") and the indexer keys are two caches, two lines
+        roles = [("main", full, det["cells"]), ("indexer", indexer, det["cells"])]
+    elif swa:
+        roles = [("base", full, det["cells"]), ("swa", swa, det["swa_cells"])]
+    else:
+        roles = [("kv", full, det["cells"])]
     for role, gs, cells in roles:
         if not gs:
             continue

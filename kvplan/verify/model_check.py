@@ -31,6 +31,7 @@ ARCH_ALIASES = {"RWForCausalLM": "FalconForCausalLM", "MPTForCausalLM": "MptForC
 DROP_KEYS = ("auto_map", "_name_or_path", "transformers_version", "quantization_config", "torch_dtype", "dtype",
              "model_type")
 AUX_ATTRS = ("_sliding_window_tensor", "cumulative_length", "indexer_cumulative_length")
+INDEXER_ATTRS = ("indexer_keys",)  # DynamicIndexedLayer's DSA indexer key cache (a group of its own in the plan)
 
 SCALED_HIDDEN = 64
 SCALED_FFN = 32
@@ -444,23 +445,24 @@ def _shape_key(shape: tuple[int, ...], dtype: str) -> str:
 
 def compare(plan: Any, layers: list[LayerCacheBytes], extra: int, device: str, cls: str) -> ModelRun:
     groups: list[GroupCompare] = []
-    claimed: set[tuple[bool, int]] = set()
+    claimed: set[tuple[bool, int, str]] = set()
     for g in plan.groups:
         cross = g.kind == "cross"
         ids = set(g.layer_ids)
-        mine = [lc for lc in layers if lc.cross == cross and lc.index in ids]
-        claimed.update((cross, lc.index) for lc in mine)
+        # a DSA layer holds two caches: its indexer keys belong to the indexer group, the rest to the latent's
+        mine = [(lc.index, t) for lc in layers if lc.cross == cross and lc.index in ids for t in lc.tensors
+                if (t[0] in INDEXER_ATTRS) == (g.kind == "indexer")]
+        claimed.update((cross, i, t[0]) for i, t in mine)
         pshapes: dict[str, int] = {}
         for t in g.tensors:
             key = _shape_key(t.shape, t.dtype)
             pshapes[key] = pshapes.get(key, 0) + t.count
         mshapes: dict[str, int] = {}
-        for lc in mine:
-            for _, shape, dtype, _ in lc.tensors:
-                key = _shape_key(shape, dtype)
-                mshapes[key] = mshapes.get(key, 0) + 1
-        groups.append(GroupCompare(g.kind, len(g.layer_ids), g.bytes, sum(lc.bytes for lc in mine), pshapes, mshapes))
-    unassigned = sum(lc.bytes for lc in layers if (lc.cross, lc.index) not in claimed)
+        for _, (_, shape, dtype, _) in mine:
+            key = _shape_key(shape, dtype)
+            mshapes[key] = mshapes.get(key, 0) + 1
+        groups.append(GroupCompare(g.kind, len(g.layer_ids), g.bytes, sum(t[3] for _, t in mine), pshapes, mshapes))
+    unassigned = sum(t[3] for lc in layers for t in lc.tensors if (lc.cross, lc.index, t[0]) not in claimed)
     total = sum(lc.bytes for lc in layers) + extra
     storage = None if device == "meta" else sum(lc.storage_bytes for lc in layers)
     return ModelRun(device, cls, total, groups, unassigned, extra, storage)
