@@ -22,6 +22,11 @@ class DType:
     def is_block(self) -> bool:
         return self.block_elems > 1
 
+    @property
+    def below_16_bits(self) -> bool:
+        """fp8 and the quantized block formats: what engines call a quantized KV cache."""
+        return self.nbytes(8) < 16
+
     def nbytes(self, n_elements: int) -> int:
         """Exact bytes for a row of `n_elements` (block formats need whole blocks, as ggml_row_size does)."""
         if self.block_elems == 1:

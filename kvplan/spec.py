@@ -160,6 +160,12 @@ class SparseLatentAttention(LatentAttention):
 
     kind: ClassVar[str] = "mla"
 
+    @property
+    def fp8_record_bytes(self) -> int:
+        """DeepSeek's fp8 latent record (FlashMLA's sparse layout, used by vLLM and SGLang): the latent in fp8, one
+        fp32 scale per 128 of it, the RoPE part in bf16 (512 + 16 + 128 = 656 B for DeepSeek-V3.2)."""
+        return self.kv_lora_rank + self.kv_lora_rank // 128 * 4 + 2 * self.rope_dim
+
     def describe(self) -> str:
         return f"sparse latent attention (DSA), latent {self.kv_lora_rank} + rope {self.rope_dim}"
 

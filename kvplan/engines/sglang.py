@@ -121,17 +121,17 @@ class SparseLatentPool(LatentPool):
     backend reads the plain layout (trtllm on Blackwell in 0.5.23)."""
 
     def token_bytes(self, c: SparseLatentAttention, p: "Prepared") -> int:
-        if p.kvd.k.nbytes(8) < 16 and not p.dsa_plain_fp8:
-            return c.kv_lora_rank + c.kv_lora_rank // 128 * 4 + 2 * c.rope_dim
+        if p.kvd.k.below_16_bits and not p.dsa_plain_fp8:
+            return c.fp8_record_bytes
         return p.kvd.k.nbytes(c.latent_dim)
 
     def tensors(self, c: SparseLatentAttention, rows: int, n: int, p: "Prepared") -> tuple:
-        if p.kvd.k.nbytes(8) < 16 and not p.dsa_plain_fp8:
+        if p.kvd.k.below_16_bits and not p.dsa_plain_fp8:
             return (tensor("kv_buffer (fp8 latent + scales + bf16 rope)", (rows, 1, self.token_bytes(c, p)), "uint8", n),)
         return super().tensors(c, rows, n, p)
 
     def dtype_label(self, kvd: KVDtypes) -> str:
-        return kvd.k.name + ("+scales" if kvd.k.nbytes(8) < 16 else "")
+        return kvd.k.name + ("+scales" if kvd.k.below_16_bits else "")
 
 
 @dataclass(frozen=True)

@@ -280,21 +280,20 @@ def _mla(c: LatentAttention, env: SpecEnv) -> VSpec:
 
 # DeepSeek sparse attention. v1/attention/backends/mla/flashmla_sparse.py: the fp8_ds_mla record is 512 fp8 latent
 # values + 4 fp32 scales (one per 128) + the 64-dim RoPE part in bf16 = 656 B (layers/attention/mla_attention.py
-# state_content_bytes); _canonicalize_sparse_mla_kv_cache_dtype turns any quantized dtype into it on FLASHMLA_SPARSE,
-# and auto/fp8 into it on FLASHINFER_MLA_SPARSE_SM120.
-DS_MLA_FP8_RECORD = 656
+# state_content_bytes, a constant: only DeepSeek's 512 + 64 geometry has it); _canonicalize_sparse_mla_kv_cache_dtype
+# turns any quantized dtype into it on FLASHMLA_SPARSE, and auto/fp8 into it on FLASHINFER_MLA_SPARSE_SM120.
 SPARSE_BLOCK = 64  # DeepseekV32IndexerBackend supports block 64 only (CUDA); the sparse MLA backends multiples of 64
 
 
-def sparse_mla_record(c: LatentAttention, kvd: KVDtypes, arch: str) -> tuple[int, str]:
+def sparse_mla_record(c: SparseLatentAttention, kvd: KVDtypes, arch: str) -> tuple[int, str]:
     """(bytes per token, label) of a DSA layer's latent by the backend vLLM 0.32 picks (platforms/cuda.py):
     SM90 fp8 -> FLASHMLA_SPARSE (fp8_ds_mla), bf16 -> FLASH_ATTN_MLA_SPARSE (plain); SM100 fp8 -> FLASHINFER_MLA_SPARSE,
     which refuses fp8_ds_mla (plain fp8); SM120 -> FLASHINFER_MLA_SPARSE_SM120, fp8_ds_mla for auto and fp8."""
-    quantized = kvd.k.nbytes(8) < 16
+    quantized = kvd.k.below_16_bits
     auto = kvd.source == "engine default"
     if c.kv_lora_rank == 512 and c.rope_dim == 64 and (
             (quantized and arch in ("hopper", "other")) or (arch == "sm120" and (quantized or auto))):
-        return DS_MLA_FP8_RECORD, "fp8_ds_mla"
+        return c.fp8_record_bytes, "fp8_ds_mla"
     return kvd.k.nbytes(c.latent_dim), ""
 
 
