@@ -40,8 +40,12 @@ def own_indexer_layers(c: Cfg, n: int) -> list[bool]:
             raise ConfigError(f"{c.where}: index_topk_pattern must be letters F (own indexer) and S (shared), "
                               f"found {pattern[:40]!r}")
         return [i >= len(pattern) or pattern[i] == "F" for i in range(n)]
-    freq = int(c.get("index_topk_freq", default=1))
-    offset = int(c.get("index_skip_topk_offset", default=2))
+    return every_nth_indexer(n, int(c.get("index_topk_freq", default=1)), int(c.get("index_skip_topk_offset", default=2)))
+
+
+def every_nth_indexer(n: int, freq: int, offset: int) -> list[bool]:
+    """The shared-indexer rule: layers before `offset` - 1 and then every `freq`-th keep their own indexer
+    (GLM-5.2: freq 4, offset 3 -> layers 0-2, 6, 10, ...; llama.cpp hard-codes the same list for GLM-5.2 GGUFs)."""
     return [max(i - offset + 1, 0) % freq == 0 for i in range(n)]
 
 

@@ -37,7 +37,7 @@ import re
 from dataclasses import astuple, dataclass
 from typing import Any
 
-from kvplan.architectures import schema
+from kvplan.architectures import deepseek, schema
 from kvplan.errors import ConfigError, shown
 from kvplan.gguf import GGUFHeader, GGUFTensor
 from kvplan.spec import (
@@ -288,7 +288,7 @@ def _indexer_layers(k: _Keys, a: Arch, trunk: int) -> list[bool]:
         return [t == 1 for t in types[:trunk]]
     if k.int("context_length", 0) < 1048576:
         return [True] * trunk
-    return [max(il - 2, 0) % 4 == 0 for il in range(trunk)]
+    return deepseek.every_nth_indexer(trunk, freq=4, offset=3)
 
 
 def _caches(k: _Keys, a: Arch, n: int) -> tuple[list[tuple[int, LayerCache]], list[str]]:

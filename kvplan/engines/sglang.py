@@ -250,7 +250,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     notes = [f"page size {page} token(s){why}; each pool allocates one extra page of padding rows"]
     if selected.note:
         notes.append(selected.note)
-    arch = base.gpu_arch(gpu.name if gpu is not None else None) if gpu is not None else "hopper"
+    arch = base.gpu_arch(gpu.name) if gpu is not None else "hopper"
     plain_fp8 = sparse and selected.rules.dsa_blackwell_plain_fp8 and arch == "blackwell"
     if sparse:
         where = arch if gpu is not None else "Hopper (size assumes a Hopper GPU)"

@@ -224,6 +224,9 @@ class MambaSpec(VSpec):
         return "state"
 
 
+SPARSE_BLOCK = 64  # DeepseekV32IndexerBackend supports block 64 only (CUDA); the sparse MLA backends multiples of 64
+
+
 @dataclass(frozen=True)
 class SpecEnv:
     """What a layer's spec depends on beyond its own geometry."""
@@ -238,7 +241,7 @@ class SpecEnv:
     cross_tokens: int | None  # what cross-attention reserves, when not the encoder length
     wide_windows_slide: bool  # Rules.window_beyond_context_slides
     arch: str = "hopper"  # gpu_arch of the planned GPU (size: Hopper)
-    sparse_block: int = 64  # SPARSE_BLOCK
+    sparse_block: int = SPARSE_BLOCK
 
 
 def _attention_bytes(c: FullAttention, env: SpecEnv) -> int:
@@ -282,7 +285,6 @@ def _mla(c: LatentAttention, env: SpecEnv) -> VSpec:
 # values + 4 fp32 scales (one per 128) + the 64-dim RoPE part in bf16 = 656 B (layers/attention/mla_attention.py
 # state_content_bytes, a constant: only DeepSeek's 512 + 64 geometry has it); _canonicalize_sparse_mla_kv_cache_dtype
 # turns any quantized dtype into it on FLASHMLA_SPARSE, and auto/fp8 into it on FLASHINFER_MLA_SPARSE_SM120.
-SPARSE_BLOCK = 64  # DeepseekV32IndexerBackend supports block 64 only (CUDA); the sparse MLA backends multiples of 64
 
 
 def sparse_mla_record(c: SparseLatentAttention, kvd: KVDtypes, arch: str) -> tuple[int, str]:
