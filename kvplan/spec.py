@@ -363,6 +363,9 @@ class ModelSpec:
     stored_format: str | None = None  # weights read from a file as stored (GGUF: its file type, e.g. "Q4_K_M")
     widths: Widths = Widths(0, 0, 0)
     warnings: tuple[str, ...] = ()  # what the spec leaves out (an unmodelled vision/audio tower), said in every output
+    # the config's own state-dtype fields as written (e.g. ("mamba_ssm_dtype", "float32")): engines that honour one
+    # for some architectures read it here
+    config_state_dtypes: tuple[tuple[str, str], ...] = ()
 
     @property
     def groups(self) -> tuple[LayerGroup, ...]:

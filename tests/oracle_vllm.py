@@ -234,6 +234,14 @@ MODELS: dict[str, Model] = {
     "qwen3-next": Model("Qwen--Qwen3-Next-80B-A3B-Thinking", {"num_hidden_layers": 8, "hidden_size": 256},
                         "8 layers: 6 Gated DeltaNet (16 k heads x 128, 32 v heads x 128, conv 4) + 2 full (16/2 x 256)",
                         llm_extra=SSM32),
+    # Qwen3.5's text models (the vision tower plays no part in the cache): its config's mamba_ssm_dtype float32 is
+    # what vLLM's Qwen3_5ForCausalLMConfig makes the SSM state, with no flag
+    "qwen3.5": Model("Qwen--Qwen3.5-27B", {"num_hidden_layers": 8, "hidden_size": 256, "layer_types": None},
+                     "8 layers: 6 Gated DeltaNet (16 k / 48 v heads x 128, conv 4) + 2 gated full (24/4 x 256), dense",
+                     text_only="Qwen3_5ForCausalLM"),
+    "qwen3.5-moe": Model("Qwen--Qwen3.5-35B-A3B", {"num_hidden_layers": 8, "hidden_size": 256, "layer_types": None},
+                         "8 layers: 6 Gated DeltaNet (16 k / 32 v heads) + 2 full (16/2 x 256), MoE + shared expert",
+                         text_only="Qwen3_5MoeForCausalLM"),
     # encoder-decoder
     "whisper": Model("openai--whisper-large-v3", {"d_model": 256, "encoder_layers": 2, "decoder_layers": 2,
                                                   "encoder_attention_heads": 4, "decoder_attention_heads": 4,
@@ -402,6 +410,9 @@ def _variations() -> list[Case]:
              kvplan_extra=("--state-dtype", "fp32")),
         # Gated DeltaNet keeps a bf16 SSM state on CPU when asked (the accelerated 'gdn' backend): all state in bf16
         Case("qwen3-next", tag="ssm-bf16", extra=(("mamba_ssm_cache_dtype", "bfloat16"),)),
+        # an explicit flag overrides Qwen3.5's config (vLLM warns and uses the flag); kvplan is told the same
+        Case("qwen3.5", tag="ssm-bf16", extra=(("mamba_ssm_cache_dtype", "bfloat16"),),
+             kvplan_extra=("--mamba-ssm-cache-dtype", "bf16")),
     ]
 
 

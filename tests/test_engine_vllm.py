@@ -36,6 +36,9 @@ EXPECTED_REFUSALS: dict[str, str] = {
     "t5": "T5 runs only through vLLM's transformers backend, which cannot call T5Stack",
     "gemma-3-4b": "Gemma3ForConditionalGeneration imports torchvision, which must stay uninstalled "
                   "(its binaries break import vllm here)",
+    **{case: "vLLM's Qwen3.5 module imports Qwen3-VL's image processor, which needs torchvision (kept uninstalled: "
+              "its binaries break import vllm here); Qwen3.5 rests on the transformers oracle and two vLLM logs "
+              "(tests/test_qwen3_5.py)" for case in ("qwen3.5", "qwen3.5-moe", "qwen3.5-ssm-bf16")},
     "llama-3.1-8b-block16": "CPU attention kernels take multiples of 32 tokens per block "
                             "(v1/attention/backends/cpu_attn.py get_supported_kernel_block_sizes)",
     "jamba-nohybrid": "Mamba + attention cannot be promoted to one spec without the hybrid manager "

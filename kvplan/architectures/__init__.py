@@ -39,6 +39,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("jamba", _mt("jamba"), hybrid.jamba),
     Family("nemotron-h", _mt("nemotron_h"), hybrid.nemotron_h),
     Family("qwen3-next", _mt("qwen3_next"), hybrid.qwen3_next),
+    Family("qwen3.5", _mt("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"), hybrid.qwen3_5),
     Family("falcon", _mt("falcon", "RefinedWeb", "RefinedWebModel"), classic.falcon),
     Family("mpt", _mt("mpt"), classic.mpt, ("max_seq_len",)),
     Family("dbrx", _mt("dbrx"), classic.dbrx, ("max_seq_len",)),
@@ -86,6 +87,11 @@ FOREIGN_CACHE_FIELDS: dict[str, tuple[str, ...]] = {
     "shared KV": ("num_kv_shared_layers", "kv_sharing"),
     "cross attention": ("cross_attention_layers",),
 }
+
+
+# Config fields that declare a state dtype (Qwen3.5 mamba_ssm_dtype, Nemotron-H mamba_ssm_cache_dtype), kept on the
+# spec as written for the engines that honour them.
+STATE_DTYPE_FIELDS = ("mamba_ssm_dtype", "mamba_ssm_cache_dtype")
 
 
 def _unknown_family(text: Cfg) -> list[str]:
@@ -186,6 +192,7 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
         notes=tuple(notes),
         widths=_widths(text),
         warnings=tuple(warnings),
+        config_state_dtypes=tuple((k, str(text.raw[k])) for k in STATE_DTYPE_FIELDS if text.raw.get(k) is not None),
     )
 
 

