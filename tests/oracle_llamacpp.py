@@ -324,6 +324,14 @@ def t_nemotron_h(m: Model) -> list:
             out += _mamba2_layer(m, i, _in_proj_hybrid(m))
         elif ff == 0:
             out += [*_qkv(i, e, dk * h, dk * kv, dv * kv), (b + "attn_output.weight", (dk * h, e))]
+        elif "expert_count" in m.hp:  # nemotron_h_moe: the 'E' layers (router, relu2 experts, shared expert)
+            nx, fx, fs = m.hp["expert_count"], m.hp["expert_feed_forward_length"], m.hp["expert_shared_feed_forward_length"]
+            w = m.hp.get("moe_latent_size", e)
+            out += [(b + "ffn_gate_inp.weight", (e, nx)), (b + "exp_probs_b.bias", (nx,)),
+                    (b + "ffn_down_exps.weight", (fx, w, nx)), (b + "ffn_up_exps.weight", (w, fx, nx)),
+                    (b + "ffn_down_shexp.weight", (fs, e)), (b + "ffn_up_shexp.weight", (e, fs))]
+            if "moe_latent_size" in m.hp:
+                out += [(b + "ffn_latent_down.weight", (e, w)), (b + "ffn_latent_up.weight", (w, e))]
         else:
             out += _mlp(i, e, ff, gate=False)
     return out
@@ -531,6 +539,20 @@ MODELS: dict[str, Model] = {m.name: m for m in (
        attention__head_count_kv=[0, 0, 0, 2, 0, 0], attention__key_length=128, attention__value_length=128,
        attention__layer_norm_epsilon=1e-5, ssm__conv_kernel=4, ssm__inner_size=128, ssm__state_size=128,
        ssm__time_step_rank=2, ssm__group_count=2),
+    # Nemotron-3 (nemotron_h_moe): MoE 'E' layers (kv 0, ff > 0) between Mamba-2 and attention; the Super/Ultra
+    # latent MoE adds ffn_latent_down/up
+    _m("nemotron-h-moe", "nemotron_h_moe", "Nemotron-3-Nano (MEM*EM pattern)", t_nemotron_h, block_count=6,
+       embedding_length=64, feed_forward_length=[0, 32, 0, 0, 32, 0], attention__head_count=4,
+       attention__head_count_kv=[0, 0, 0, 2, 0, 0], attention__key_length=128, attention__value_length=128,
+       attention__layer_norm_epsilon=1e-5, ssm__conv_kernel=4, ssm__inner_size=128, ssm__state_size=128,
+       ssm__time_step_rank=2, ssm__group_count=2, expert_count=4, expert_used_count=2,
+       expert_feed_forward_length=32, expert_shared_feed_forward_length=64),
+    _m("nemotron-h-moe-latent", "nemotron_h_moe", "Nemotron-3-Super/Ultra latent MoE (MEM*E* pattern)", t_nemotron_h,
+       block_count=6, embedding_length=64, feed_forward_length=[0, 32, 0, 0, 32, 0], attention__head_count=4,
+       attention__head_count_kv=[0, 0, 0, 2, 0, 2], attention__key_length=128, attention__value_length=128,
+       attention__layer_norm_epsilon=1e-5, ssm__conv_kernel=4, ssm__inner_size=128, ssm__state_size=128,
+       ssm__time_step_rank=2, ssm__group_count=2, expert_count=4, expert_used_count=2,
+       expert_feed_forward_length=32, expert_shared_feed_forward_length=64, moe_latent_size=32),
     # Falcon-H1: every layer runs a Mamba-2 mixer and attention in parallel (state AND KV in every layer)
     _m("falcon-h1", "falcon-h1", "Falcon-H1-0.5B (parallel Mamba-2 + attention)", t_falcon_h1, block_count=4,
        embedding_length=64, feed_forward_length=64, attention__head_count=4, attention__head_count_kv=2,
@@ -690,6 +712,8 @@ CASES: list[Case] = [
     # -fa off: the MLP-only layers (head_count_kv 0, in the attention cache) get the widest V row too
     Case("nemotron-h-c4096-fa-off", "nemotron-h", 4096, fa="off"),
     Case("nemotron-h-np3-c1000-kvu", "nemotron-h", 1000, batch=3, kvu=True),
+    Case("nemotron-h-moe-c4096", "nemotron-h-moe", 4096),
+    Case("nemotron-h-moe-latent-np2-c2000", "nemotron-h-moe-latent", 2000, batch=2),
     Case("falcon-h1-c4096", "falcon-h1", 4096),
     Case("falcon-h1-np4-c1000", "falcon-h1", 1000, batch=4),
     Case("qwen3next-c4096", "qwen3next", 4096, compute=True),

@@ -231,6 +231,16 @@ MODELS: dict[str, Model] = {
         "mamba_num_heads": 16, "n_groups": 2},
         "24 layers of the real pattern: 11 Mamba-2 (16 heads x 64 x state 256, 2 groups) + 2 attention (64/8 x 128) + 11 MLP",
         llm_extra=SSM32),
+    # Nemotron-3: MoE layers ('E', relu2 experts + shared expert) between Mamba-2 and attention; Ultra's latent MoE
+    # and its layers_block_type list (no num_hidden_layers key)
+    "nemotron-3-nano": Model("nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", {
+        "hidden_size": 256, "num_hidden_layers": 8, "hybrid_override_pattern": "MEM*EME*", "mamba_num_heads": 16,
+        "moe_shared_expert_intermediate_size": SCALED_FFN},
+        "8 layers: 3 Mamba-2 (16 heads x 64 x state 128, 8 groups) + 3 MoE + 2 attention (32/2 x 128)", llm_extra=SSM32),
+    "nemotron-3-ultra": Model("nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16", {
+        "hidden_size": 256, "layers_block_type": ["mamba", "moe", "mamba", "attention", "moe", "mamba", "moe", "attention"],
+        "mamba_num_heads": 16, "moe_latent_size": 128, "moe_shared_expert_intermediate_size": SCALED_FFN},
+        "layers_block_type of 8: 3 Mamba-2 + 3 latent MoE + 2 attention (64/2 x 128)", llm_extra=SSM32),
     "qwen3-next": Model("Qwen--Qwen3-Next-80B-A3B-Thinking", {"num_hidden_layers": 8, "hidden_size": 256},
                         "8 layers: 6 Gated DeltaNet (16 k heads x 128, 32 v heads x 128, conv 4) + 2 full (16/2 x 256)",
                         llm_extra=SSM32),

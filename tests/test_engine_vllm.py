@@ -39,6 +39,8 @@ EXPECTED_REFUSALS: dict[str, str] = {
     **{case: "vLLM's Qwen3.5 module imports Qwen3-VL's image processor, which needs torchvision (kept uninstalled: "
               "its binaries break import vllm here); Qwen3.5 rests on the transformers oracle and two vLLM logs "
               "(tests/test_qwen3_5.py)" for case in ("qwen3.5", "qwen3.5-moe", "qwen3.5-ssm-bf16")},
+    **{case: "NemotronHMoE's relu2 experts are a non-gated fused MoE (is_act_and_mul=False), which vLLM runs only "
+              "on CUDA, XPU and ROCm (model_executor/layers/fused_moe/layer.py)" for case in ("nemotron-3-nano", "nemotron-3-ultra")},
     "llama-3.1-8b-block16": "CPU attention kernels take multiples of 32 tokens per block "
                             "(v1/attention/backends/cpu_attn.py get_supported_kernel_block_sizes)",
     "jamba-nohybrid": "Mamba + attention cannot be promoted to one spec without the hybrid manager "

@@ -129,37 +129,80 @@ def jamba(top: Cfg, c: Cfg):
     return caches, weights, is_tied
 
 
-_NEMOTRON_H_KINDS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+_NEMOTRON_H_PATTERN = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+# layers_block_type names (transformers NemotronHConfig: legacy 'mamba' / 'attention' are remapped on load)
+_NEMOTRON_H_BLOCKS = {"mamba": "mamba", "linear_attention": "mamba", "attention": "attention",
+                      "full_attention": "attention", "mlp": "mlp", "moe": "moe"}
+
+
+def _nemotron_h_kinds(c: Cfg) -> list[str]:
+    """One mixer per layer: layers_block_type (Nemotron-3 Ultra; its length is the layer count, as transformers
+    reads it) or the older hybrid_override_pattern string (M mamba2, * attention, - MLP, E MoE)."""
+    blocks = c.raw.get("layers_block_type")
+    if blocks is not None:
+        if not isinstance(blocks, list) or not blocks or any(b not in _NEMOTRON_H_BLOCKS for b in blocks):
+            raise ConfigError(f"{c.where}: layers_block_type must be a non-empty list of "
+                              f"{', '.join(_NEMOTRON_H_BLOCKS)}, found {base.brief(blocks)}")
+        return [_NEMOTRON_H_BLOCKS[b] for b in blocks]
+    c.need_all("num_hidden_layers", "hybrid_override_pattern")
+    n, pattern = c.need_int("num_hidden_layers"), c.need("hybrid_override_pattern")
+    if not isinstance(pattern, str) or len(pattern) != n or set(pattern) - set(_NEMOTRON_H_PATTERN):
+        found = f"{len(pattern)} characters" if isinstance(pattern, str) else base.brief(pattern)
+        raise ConfigError(f"{c.where}: hybrid_override_pattern must have {n} characters from 'M*-E' (found {found})")
+    return [_NEMOTRON_H_PATTERN[ch] for ch in pattern]
+
+
+def _nemotron_h_moe(c: Cfg, layer: int, hidden: int) -> list[WeightPart]:
+    """NemotronHMoE: a router, non-gated relu2 experts (up, down) working in moe_latent_size when set (with a
+    replicated projection into and out of it: Nemotron-3 Super / Ultra's latent MoE), and a shared expert."""
+    c.need_all("n_routed_experts", "moe_intermediate_size")
+    n, inter = c.need_int("n_routed_experts"), c.need_int("moe_intermediate_size")
+    latent = c.get("moe_latent_size", default=None)
+    width = int(latent) if latent else hidden
+    bias = bool(c.get("mlp_bias", default=False))
+    parts = base.router(layer, hidden, n)
+    parts += [WeightPart("mixer.experts.up_proj", (inter, width), "expert", "text", "expert", layer, n),
+              WeightPart("mixer.experts.down_proj", (width, inter), "expert", "text", "expert", layer, n)]
+    if latent:
+        parts += base.linear("mixer.fc1_latent_proj", hidden, width, bias=bias, split="replicated", layer=layer)
+        parts += base.linear("mixer.fc2_latent_proj", width, hidden, bias=bias, split="replicated", layer=layer)
+    shared = int(c.get("moe_shared_expert_intermediate_size", default=0) or 0) * int(c.get("n_shared_experts", default=1) or 0)
+    if shared:
+        parts += base.plain_mlp(layer, hidden, shared, bias=bias, prefix="mixer.shared_experts", names=("up_proj", "down_proj"))
+    return parts
 
 
 def nemotron_h(top: Cfg, c: Cfg):
-    """NemotronHForCausalLM: one mixer per layer from hybrid_override_pattern (M mamba2, * attention, - MLP)."""
-    c.need_all("num_hidden_layers", "hidden_size", "vocab_size", "hybrid_override_pattern", "num_attention_heads")
-    n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
-    pattern = str(c.need("hybrid_override_pattern"))
-    if len(pattern) != n or set(pattern) - set(_NEMOTRON_H_KINDS):
-        raise ConfigError(f"{c.where}: hybrid_override_pattern must have {n} characters from 'M*-' (got {len(pattern)})")
-    if "E" in pattern:
-        raise ConfigError(f"{c.where}: Nemotron-H MoE layers ('E') are not modelled yet")
+    """NemotronHForCausalLM (Nemotron-H, Nemotron-3 Nano / Super / Ultra): one mixer per layer -- Mamba-2, attention,
+    an MLP or a MoE block. Only attention layers grow a KV cache; the multi-token-prediction layers
+    (num_nextn_predict_layers) are not built by transformers nor loaded without speculative decoding."""
+    c.need_all("hidden_size", "vocab_size", "num_attention_heads")
+    h, vocab = c.need_int("hidden_size"), c.need_int("vocab_size")
+    kinds = _nemotron_h_kinds(c)
     heads = c.need_int("num_attention_heads")
     head_dim = int(c.get("attention_head_dim", "head_dim", default=h // heads))
     dims = base.AttnDims(heads, int(c.get("num_key_value_heads", default=heads)), head_dim, head_dim)
-    m_heads, m_head_dim = c.need_int("mamba_num_heads"), c.need_int("mamba_head_dim")
-    groups, state, kernel = int(c.get("n_groups", default=8)), c.need_int("ssm_state_size"), c.need_int("conv_kernel")
-    state_cache = MambaState(m_heads * m_head_dim + 2 * groups * state, kernel, (m_heads, m_head_dim, state))
+    caches, weights = [], [base.embedding(vocab, h, "embeddings")]
+    if "mamba" in kinds:
+        c.need_all("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "conv_kernel")
+        m_heads, m_head_dim = c.need_int("mamba_num_heads"), c.need_int("mamba_head_dim")
+        groups, state, kernel = int(c.get("n_groups", default=8)), c.need_int("ssm_state_size"), c.need_int("conv_kernel")
+        state_cache = MambaState(m_heads * m_head_dim + 2 * groups * state, kernel, (m_heads, m_head_dim, state))
     attn_cache = FullAttention(dims.kv_heads, head_dim, head_dim)
     bias = bool(c.get("attention_bias", default=False))
-    caches, weights = [], [base.embedding(vocab, h, "embeddings")]
-    for i, ch in enumerate(pattern):
+    for i, kind in enumerate(kinds):
         weights += base.norm("norm", h, layer=i)
-        if ch == "M":
+        if kind == "mamba":
             caches.append((i, state_cache))
             weights += _mamba2_mixer(i, h, m_heads, m_head_dim, groups, state, kernel,
                                      proj_bias=bool(c.get("mamba_proj_bias", "use_bias", default=False)),
                                      conv_bias=bool(c.get("use_conv_bias", default=True)))
-        elif ch == "*":
+        elif kind == "attention":
             caches.append((i, attn_cache))
             weights += base.attention_block(i, h, dims, qkv_bias=bias, o_bias=bias, prefix="mixer")
+        elif kind == "moe":
+            caches.append((i, NoCache()))
+            weights += _nemotron_h_moe(c, i, h)
         else:
             caches.append((i, NoCache()))
             weights += base.plain_mlp(i, h, c.need_int("intermediate_size"), bias=bool(c.get("mlp_bias", default=False)),
