@@ -104,7 +104,8 @@ MaxBatchedTokens = Annotated[Optional[str], _knob("--max-num-batched-tokens", "v
 AsyncSched = Annotated[Optional[bool], _knob("--async-scheduling/--no-async-scheduling", "vllm: async scheduling (0.33 default on)")]
 DisableHybrid = Annotated[Optional[bool], _knob("--disable-hybrid-kv-cache-manager", "vllm: size every layer for the full length")]
 PrefixCaching = Annotated[Optional[bool], _knob("--enable-prefix-caching/--no-enable-prefix-caching", "vllm: prefix caching (default on; hybrids keep 2-3 state pages per request)")]
-MambaSsmDtype = Annotated[Optional[str], _knob("--mamba-ssm-cache-dtype", "vllm: SSM/recurrent state dtype: auto (the conv state's; NemotronH fp32), fp32, bf16, fp16")]
+MambaSsmDtype = Annotated[Optional[str], _knob("--mamba-ssm-cache-dtype", "vllm: SSM/recurrent state dtype: auto (the conv state's; NemotronH fp32, Qwen3.5 its config's), fp32, bf16, fp16")]
+DecodeCP = Annotated[Optional[str], _knob("--decode-context-parallel-size", "vllm: spread each request's KV tokens over this many TP ranks (DCP)")]
 PageSize = Annotated[Optional[str], _knob("--page-size", "sglang: tokens per page")]
 Ubatch = Annotated[Optional[str], _knob("--ubatch", "llamacpp: physical batch -ub (default 512)")]
 KvUnified = Annotated[Optional[bool], _knob("--kv-unified/--no-kv-unified", "llamacpp: one cell stream for all slots")]
@@ -159,13 +160,14 @@ def _engine_options(*, engine, kv_dtype, k_dtype, v_dtype, state_dtype, weight_d
 
 def _layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager,
                   enable_prefix_caching, mamba_ssm_cache_dtype, page_size, ubatch, kv_unified, swa_full, flash_attn,
-                  tokens_per_block) -> dict[str, Any]:
+                  tokens_per_block, decode_context_parallel_size=None) -> dict[str, Any]:
     """The engine knobs that change the cache layout (size, fit and verify share them); None = engine default."""
     return _parse_knobs(block_size=block_size, max_num_batched_tokens=max_num_batched_tokens,
                         async_scheduling=async_scheduling, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
                         enable_prefix_caching=enable_prefix_caching, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
                         page_size=page_size, ubatch=ubatch, kv_unified=kv_unified, swa_full=swa_full,
-                        flash_attn=flash_attn, tokens_per_block=tokens_per_block)
+                        flash_attn=flash_attn, tokens_per_block=tokens_per_block,
+                        decode_context_parallel_size=decode_context_parallel_size)
 
 
 def _print_json(data: Any) -> None:
@@ -183,7 +185,8 @@ def size(
     encoder_len: EncoderLen = None, mmproj: Mmproj = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None, async_scheduling: AsyncSched = None,
     disable_hybrid_kv_cache_manager: DisableHybrid = None, enable_prefix_caching: PrefixCaching = None,
-    mamba_ssm_cache_dtype: MambaSsmDtype = None, page_size: PageSize = None, ubatch: Ubatch = None,
+    mamba_ssm_cache_dtype: MambaSsmDtype = None, decode_context_parallel_size: DecodeCP = None,
+    page_size: PageSize = None, ubatch: Ubatch = None,
     kv_unified: KvUnified = None, swa_full: SwaFull = None, flash_attn: FlashAttn = None,
     tokens_per_block: TokensPerBlock = None,
     json_out: Json = False, revision: Revision = None, offline: Offline = False, refresh: Refresh = False,
@@ -192,7 +195,8 @@ def size(
     from kvplan import sizing
 
     knobs = _layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager,
-                          enable_prefix_caching, mamba_ssm_cache_dtype, page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block)
+                          enable_prefix_caching, mamba_ssm_cache_dtype, page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block,
+                          decode_context_parallel_size)
     mo = _options(model, revision=revision, offline=offline, refresh=refresh, hub=hub, token=token, timeout=timeout,
                   encoder_len=encoder_len, mmproj=mmproj)
     eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=k_dtype, v_dtype=v_dtype, state_dtype=state_dtype,
@@ -228,7 +232,8 @@ def fit(
     max_batch_size: MaxBatchSize = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None, async_scheduling: AsyncSched = None,
     disable_hybrid_kv_cache_manager: DisableHybrid = None, enable_prefix_caching: PrefixCaching = None,
-    mamba_ssm_cache_dtype: MambaSsmDtype = None, page_size: PageSize = None, ubatch: Ubatch = None,
+    mamba_ssm_cache_dtype: MambaSsmDtype = None, decode_context_parallel_size: DecodeCP = None,
+    page_size: PageSize = None, ubatch: Ubatch = None,
     kv_unified: KvUnified = None, swa_full: SwaFull = None, flash_attn: FlashAttn = None,
     tokens_per_block: TokensPerBlock = None,
     json_out: Json = False, revision: Revision = None, offline: Offline = False, refresh: Refresh = False,
@@ -240,7 +245,8 @@ def fit(
     selection = gpu_catalog.resolve_gpu(gpu)
     knobs = dict(
         **_layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager,
-                        enable_prefix_caching, mamba_ssm_cache_dtype, page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block),
+                        enable_prefix_caching, mamba_ssm_cache_dtype, page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block,
+                          decode_context_parallel_size),
         **_parse_knobs(gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                        max_model_len=max_model_len, mem_fraction_static=mem_fraction_static,
                        max_total_tokens=max_total_tokens, max_running_requests=max_running_requests,
@@ -411,7 +417,8 @@ def verify(
     encoder_len: EncoderLen = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None, async_scheduling: AsyncSched = None,
     disable_hybrid_kv_cache_manager: DisableHybrid = None, enable_prefix_caching: PrefixCaching = None,
-    mamba_ssm_cache_dtype: MambaSsmDtype = None, page_size: PageSize = None, ubatch: Ubatch = None,
+    mamba_ssm_cache_dtype: MambaSsmDtype = None, decode_context_parallel_size: DecodeCP = None,
+    page_size: PageSize = None, ubatch: Ubatch = None,
     kv_unified: KvUnified = None, swa_full: SwaFull = None, flash_attn: FlashAttn = None,
     tokens_per_block: TokensPerBlock = None,
     json_out: Json = False, revision: Revision = None, offline: Offline = False, refresh: Refresh = False,
@@ -422,7 +429,8 @@ def verify(
     from kvplan.verify import core
 
     knobs = _layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager,
-                          enable_prefix_caching, mamba_ssm_cache_dtype, page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block)
+                          enable_prefix_caching, mamba_ssm_cache_dtype, page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block,
+                          decode_context_parallel_size)
     mo = _options(model, revision=revision, offline=offline, refresh=refresh, hub=hub, token=token, timeout=timeout,
                   encoder_len=encoder_len)
     eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=k_dtype, v_dtype=v_dtype, state_dtype=state_dtype,

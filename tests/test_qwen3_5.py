@@ -136,3 +136,11 @@ def test_a_moe_config_missing_its_expert_fields_is_refused(tmp_path, drop, field
     del cfg["text_config"][drop]
     r = run_cli("size", write_config(tmp_path, "m", cfg), "--ctx", "1024")
     assert r.code == 2 and field in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+@pytest.mark.parametrize("value, says", [("float64", "must be float32, bfloat16, float16 or auto"), (5, "must be a string")])
+def test_a_malformed_ssm_dtype_is_one_line(tmp_path, value, says):
+    cfg = bundled("Qwen--Qwen3.5-27B")
+    cfg["text_config"]["mamba_ssm_dtype"] = value
+    r = run_cli("size", write_config(tmp_path, "d", cfg), "--ctx", "1024")
+    assert r.code == 2 and says in r.err and "mamba_ssm_dtype" in r.err and len(r.err.strip().splitlines()) == 1, r.err

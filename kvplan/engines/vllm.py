@@ -8,7 +8,7 @@ is the null block. Rules that changed between versions are rows of VERSIONS.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from math import prod
 from typing import Any, ClassVar
 
@@ -17,7 +17,7 @@ from kvplan.dtypes import DType
 from kvplan.engines import base, layout, overhead
 from kvplan.engines.base import CachePlan, EngineInfo, Knob, KVDtypes, PlanGroup, Request, cdiv, knob_table, tensor
 from kvplan.engines.versions import Selected, select, version_key
-from kvplan.errors import InputError
+from kvplan.errors import ConfigError, InputError
 from kvplan.parallel import heads_floor
 from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
                          LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
@@ -79,6 +79,7 @@ KNOBS = knob_table(
     Knob("disable_hybrid_kv_cache_manager", "bool", "size every layer for the full length"),
     Knob("enable_prefix_caching", "bool", "prefix caching (default on); on hybrids it keeps 2-3 state pages per request"),
     Knob("mamba_ssm_cache_dtype", "dtype", "SSM/recurrent state dtype: auto (the conv state's; NemotronH fp32, Qwen3.5 its config's mamba_ssm_dtype), fp32, bf16, fp16"),
+    Knob("decode_context_parallel_size", "count", "decode context parallel: each request's KV tokens spread over this many of the TP ranks"),
     Knob("gpu_memory_utilization", "fraction", "fraction of CUDA total memory vLLM may use (0.92 / 0.90 by version)", layout=False),
     Knob("max_num_seqs", "count", "running-request limit", layout=False),
     Knob("max_model_len", "tokens", "the engine's max_model_len for its start-up check (default: the model max)", layout=False),
@@ -120,6 +121,9 @@ class VSpec:
 
     block_size: int
     token_bytes: int = 0
+    # decode context parallel (AttentionSpec.dcp_sharded): a request's tokens spread over `shards` TP ranks, so
+    # it needs cdiv(len, block_size x shards) blocks on each (max_num_blocks_per_req)
+    shards: int = field(default=1, kw_only=True)
 
     is_state: ClassVar[bool] = False
 
@@ -132,10 +136,10 @@ class VSpec:
         return max_len
 
     def blocks(self, max_len: int, inflight: int) -> int:
-        return cdiv(self.reserved_tokens(max_len, inflight), self.block_size)
+        return cdiv(self.reserved_tokens(max_len, inflight), self.block_size * self.shards)
 
     def held_tokens(self, max_len: int, inflight: int) -> int:
-        """Tokens the request's blocks hold (what the plan reports per sequence)."""
+        """Tokens the request's blocks hold on one GPU (what the plan reports per sequence)."""
         return self.blocks(max_len, inflight) * self.block_size
 
     def grows(self, ctx: int, inflight: int) -> bool:
@@ -247,6 +251,7 @@ class SpecEnv:
     wide_windows_slide: bool  # Rules.window_beyond_context_slides
     arch: str = "hopper"  # gpu_arch of the planned GPU (size: Hopper)
     sparse_block: int = SPARSE_BLOCK
+    dcp: int = 1  # decode_context_parallel_size: full-attention and MLA pages shard a request's tokens
 
 
 def _attention_bytes(c: FullAttention, env: SpecEnv) -> int:
@@ -255,7 +260,7 @@ def _attention_bytes(c: FullAttention, env: SpecEnv) -> int:
 
 
 def _full(c: FullAttention, env: SpecEnv) -> VSpec:
-    return FullSpec(env.block, _attention_bytes(c, env))
+    return FullSpec(env.block, _attention_bytes(c, env), shards=env.dcp)
 
 
 def _sliding(c: SlidingWindow, env: SpecEnv) -> VSpec:
@@ -283,7 +288,7 @@ def _cross(c: CrossAttention, env: SpecEnv) -> VSpec:
 
 
 def _mla(c: LatentAttention, env: SpecEnv) -> VSpec:
-    return MLASpec(env.mla_block, env.kvd.k.nbytes(c.latent_dim))
+    return MLASpec(env.mla_block, env.kvd.k.nbytes(c.latent_dim), shards=env.dcp)
 
 
 # DeepSeek sparse attention. v1/attention/backends/mla/flashmla_sparse.py: the fp8_ds_mla record is 512 fp8 latent
@@ -306,13 +311,13 @@ def sparse_mla_record(c: SparseLatentAttention, kvd: KVDtypes, arch: str) -> tup
 
 def _sparse_mla(c: SparseLatentAttention, env: SpecEnv) -> VSpec:
     size, label = sparse_mla_record(c, env.kvd, env.arch)
-    return MLASpec(env.sparse_block, size, label)
+    return MLASpec(env.sparse_block, size, label, shards=env.dcp)
 
 
 def _indexer(c: IndexerKeys, env: SpecEnv) -> VSpec:
     """models/deepseek_v2.py Indexer: DeepseekV32IndexerCache(head_dim + head_dim // 128 * 4, torch.uint8), an
     MLAAttentionSpec of its own (one UniformTypeKVCacheSpecs group with the latents: same blocks, two pages)."""
-    return MLASpec(env.sparse_block, c.fp8_record_bytes, "fp8+scales")
+    return MLASpec(env.sparse_block, c.fp8_record_bytes, "fp8+scales", shards=env.dcp)
 
 
 def _mamba(c: RecurrentState, env: SpecEnv) -> VSpec:
@@ -448,7 +453,7 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
     env = SpecEnv(tp, kvd, block, int(user_block or dict(rules.mla_block).get(arch, 16)),
                   _promotes_local(caches, disable, rules), state_dtypes, state_align,
                   batched_tokens if rules.cross_reserves_batched_tokens else None, rules.window_beyond_context_slides,
-                  arch, int(user_block or SPARSE_BLOCK))
+                  arch, int(user_block or SPARSE_BLOCK), int(opts.get("decode_context_parallel_size") or 1))
     if state_align and any(isinstance(c, RecurrentState) for _, c in caches):
         notes.append("prefix caching on a hybrid: state layers in mamba_cache_mode 'align', 2 state pages per request "
                      "(Mamba-2 mixers 3); --no-enable-prefix-caching gives 1")
@@ -588,6 +593,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
             gpu: base.GpuContext | None = None) -> Prepared:
     rules = selected.rules
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
+    dcp_note = _check_dcp(spec, tp, int(opts.get("decode_context_parallel_size") or 1))
     base.check_tp_heads(spec, tp)
     gpu_name = gpu.name if gpu is not None else None
     assumptions = []
@@ -633,7 +639,35 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     stages = tuple(build_stage(cs, tp, kvd, rules, opts, (state, ssm_state), arch, hybrid_state, int(mbt))
                    for cs in layout.stages(spec, pp))
     assumptions.append("the null block (block 0) is excluded from usable blocks")
+    if dcp_note:
+        assumptions.append(dcp_note)
     return Prepared(selected, stages, kvd, inflight, int(mbt), bool(async_on), tuple(assumptions), tp, pp)
+
+
+# the layer caches whose pages vLLM shards under DCP and kvplan models (exact types: windows, state and cross
+# attention are not modelled)
+DCP_SHARDED = (FullAttention, LatentAttention, SparseLatentAttention, IndexerKeys)
+
+
+def _check_dcp(spec: ModelSpec, tp: int, dcp: int) -> str:
+    """config/parallel.py and config/model.py: DCP reuses the TP ranks (tp % dcp == 0); for GQA/MQA it needs more TP
+    ranks than KV heads and at most tp // kv_heads of them. Returns the assumption line ('' when DCP is off)."""
+    if dcp == 1:
+        return ""
+    if tp % dcp:
+        raise InputError(f"--decode-context-parallel-size {dcp}: vLLM needs --tp divisible by it (tp {tp})")
+    others = sorted({c.kind for _, c in spec.caches if not isinstance(c, NoCache) and type(c) not in DCP_SHARDED})
+    if others:
+        raise InputError(f"--decode-context-parallel-size with {', '.join(others)} layers is not modelled (kvplan "
+                         "models DCP for full attention and MLA / DeepSeek sparse attention)")
+    heads = {c.kv_heads for _, c in spec.caches if type(c) is FullAttention}
+    if heads:
+        kv = max(heads)
+        if tp <= kv or dcp > tp // kv:
+            raise InputError(f"--decode-context-parallel-size {dcp}: vLLM refuses it for GQA/MQA unless --tp exceeds the "
+                             f"model's {kv} KV heads and DCP is at most tp // KV heads ({max(tp // kv, 1) if tp > kv else 'none'} here)")
+    return (f"decode context parallel {dcp}: each request's tokens are spread over {dcp} TP ranks (a GPU holds "
+            f"1/{dcp} of them; blocks per request = ceil(len / (block size x {dcp})))")
 
 
 # models/config.py MODELS_CONFIG_MAP: architectures whose mamba_ssm_cache_dtype 'auto' becomes a config field
@@ -656,6 +690,9 @@ def _ssm_state_dtype(spec: ModelSpec, conv: DType, flag: str | None, rules: Rule
         field, fallback = SSM_DTYPE_FROM_CONFIG[spec.architecture]
         declared = dict(spec.config_state_dtypes).get(field, fallback)
         if declared and declared != "auto":
+            if declared not in ("float32", "bfloat16", "float16"):
+                raise ConfigError(f"config.{field} must be float32, bfloat16, float16 or auto (vLLM reads it as "
+                                  f"the SSM state dtype), found {declared[:40]!r}")
             return dtypes.kv_dtype(declared)
     return conv
 
@@ -729,8 +766,10 @@ def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], 
     concurrency = num_blocks / bpr if bpr else None  # printed with the null block included
     if rules.tokens_from_concurrency:
         tokens = int(concurrency * mml) if concurrency is not None else 0
-    else:  # (num_blocks // kv groups) x block size (_report_kv_cache_config, <= 0.19)
-        tokens = (num_blocks // max(1, len(st.groups))) * st.block_size
+    else:  # (num_blocks // kv groups) x block size (_report_kv_cache_config, <= 0.19), the block's tokens over all
+        # DCP ranks (its block size x decode_context_parallel_size)
+        shards = max((g.spec.shards for g in st.groups), default=1)
+        tokens = (num_blocks // max(1, len(st.groups))) * st.block_size * shards
     cap = int(opts.get("max_num_seqs") or default_max_num_seqs_for(gpu))
     # start-up check (_check_enough_kv_cache_memory) at the same max_model_len
     avail = min(budgets)
