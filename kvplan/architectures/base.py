@@ -250,6 +250,24 @@ def experts(layer: int, hidden: int, inter: int, n: int, *, prefix: str = "mlp.e
     ]
 
 
+def qwen_moe_layer(c: Cfg, layer: int, n: int) -> bool:
+    """transformers Qwen2/3-MoE and Qwen3-Next decoder layers: sparse iff num_experts > 0, the layer is not in
+    mlp_only_layers and (layer + 1) % decoder_sparse_step == 0."""
+    step = int(c.get("decoder_sparse_step", default=1))
+    return n > 0 and layer not in (c.get("mlp_only_layers", default=[]) or []) and (layer + 1) % step == 0
+
+
+def qwen_moe_block(c: Cfg, layer: int, hidden: int, n: int) -> list[WeightPart]:
+    """The Qwen sparse MoE block: router, gated experts of moe_intermediate_size and, when
+    shared_expert_intermediate_size is set, a gated shared expert with its sigmoid gate."""
+    parts = router(layer, hidden, n) + experts(layer, hidden, c.need_int("moe_intermediate_size"), n)
+    shared = int(c.get("shared_expert_intermediate_size", default=0))
+    if shared:
+        parts += gated_mlp(layer, hidden, shared, prefix="mlp.shared_expert")
+        parts += router(layer, hidden, 1, name="mlp.shared_expert_gate")
+    return parts
+
+
 def router(layer: int, hidden: int, n: int, *, bias: bool = False, name: str = "mlp.gate") -> list[WeightPart]:
     parts = [WeightPart(name, (n, hidden), "other", "text", "replicated", layer)]
     if bias:

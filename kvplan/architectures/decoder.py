@@ -112,19 +112,8 @@ def _moe_for_layer(c: Cfg, q: Quirks, layer: int) -> list[WeightPart] | None:
             layer, hidden, c.need_int("intermediate_size"), n
         )
     if q.moe == "qwen_moe":
-        # transformers Qwen3MoeDecoderLayer: sparse iff layer not in mlp_only_layers, num_experts > 0 and
-        # (layer + 1) % decoder_sparse_step == 0
         n = int(c.get("num_experts", default=0))
-        step = int(c.get("decoder_sparse_step", default=1))
-        if layer in (c.get("mlp_only_layers") or []) or n <= 0 or (layer + 1) % step:
-            return None
-        hidden = c.need_int("hidden_size")
-        parts = base.router(layer, hidden, n) + base.experts(layer, hidden, c.need_int("moe_intermediate_size"), n)
-        shared = int(c.get("shared_expert_intermediate_size", default=0))
-        if shared:
-            parts += base.gated_mlp(layer, hidden, shared, prefix="mlp.shared_expert")
-            parts += base.router(layer, hidden, 1, name="mlp.shared_expert_gate")
-        return parts
+        return base.qwen_moe_block(c, layer, c.need_int("hidden_size"), n) if base.qwen_moe_layer(c, layer, n) else None
     return None
 
 

@@ -273,15 +273,6 @@ def _linear_and_full_kinds(c: Cfg, n: int) -> list[str]:
     return kinds
 
 
-def _moe_with_shared_expert(c: Cfg, layer: int, hidden: int, experts: int) -> list[WeightPart]:
-    parts = base.router(layer, hidden, experts) + base.experts(layer, hidden, c.need_int("moe_intermediate_size"), experts)
-    shared = int(c.get("shared_expert_intermediate_size", default=0))
-    if shared:
-        parts += base.gated_mlp(layer, hidden, shared, prefix="mlp.shared_expert")
-        parts += base.router(layer, hidden, 1, name="mlp.shared_expert_gate")
-    return parts
-
-
 def _gdn_hybrid(top: Cfg, c: Cfg, *, split_projections: bool, moe_on_layer):
     """Gated DeltaNet except every full_attention_interval-th layer (gated full attention); the MLP of each layer
     from moe_on_layer(layer) -> number of experts (0: the dense MLP)."""
@@ -297,7 +288,7 @@ def _gdn_hybrid(top: Cfg, c: Cfg, *, split_projections: bool, moe_on_layer):
             caches.append((i, gdn.cache))
             weights += gdn.weights(i, h, split_projections=split_projections)
         experts = moe_on_layer(i)
-        weights += _moe_with_shared_expert(c, i, h, experts) if experts else base.gated_mlp(i, h, c.need_int("intermediate_size"))
+        weights += base.qwen_moe_block(c, i, h, experts) if experts else base.gated_mlp(i, h, c.need_int("intermediate_size"))
         weights += base.decoder_layer_norms(i, h, 2)
     weights += base.norm("norm", h)
     is_tied = base.tied(top, c, False)
@@ -310,10 +301,8 @@ def qwen3_next(top: Cfg, c: Cfg):
     (layer + 1) % decoder_sparse_step == 0 and the layer is not in mlp_only_layers."""
     c.need_all("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads", "moe_intermediate_size")
     experts = int(c.get("num_experts", default=512))
-    step = int(c.get("decoder_sparse_step", default=1))
-    mlp_only = set(c.get("mlp_only_layers", default=[]) or [])
     return _gdn_hybrid(top, c, split_projections=False,
-                       moe_on_layer=lambda i: experts if experts > 0 and i not in mlp_only and (i + 1) % step == 0 else 0)
+                       moe_on_layer=lambda i: experts if base.qwen_moe_layer(c, i, experts) else 0)
 
 
 def qwen3_5(top: Cfg, c: Cfg):
