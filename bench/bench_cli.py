@@ -18,6 +18,7 @@ COMMANDS = [
     ["size", "deepseek-v3", "--ctx", "32k", "--tp", "8", "--json"],
     ["fit", "--gpu", "24GB", "--json"],
     ["fit", "--gpu", "L4", "--model", "llama-3.1-8b", "--json"],
+    ["plan", "llama-3.1-8b", "--gpu", "H100", "--prompt", "500-3000", "--output", "100-800", "--users", "2000", "--json"],
 ]
 
 

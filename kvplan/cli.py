@@ -19,7 +19,7 @@ except ImportError:  # pragma: no cover - older typer on real click
     from click import exceptions as click_exc
 
 from kvplan import catalog, engines
-from kvplan.errors import EnvironmentProblem, KvplanError
+from kvplan.errors import EnvironmentProblem, InputError, KvplanError
 from kvplan.units import parse_count, parse_tokens
 
 app = typer.Typer(
@@ -280,6 +280,70 @@ def _parse_reserve(text: str | None) -> int | None:
     if text.strip() in ("0", "0B", "0GiB", "0GB"):
         return 0
     return parse_bytes(text, "--reserve")
+
+
+# ---------------------------------------------------------------------------------------------- plan
+@app.command(help="Capacity for a traffic mix: requests running at once under vLLM's scheduler, a decode-speed bound, "
+                  "and GPUs for N users at a time per output token.\n\n"
+                  "Example: kvplan plan llama-3.1-8b --gpu H100 --prompt 500-3000 --output 100-800 --users 2000 --tpot 30ms")
+def plan(
+    model: Annotated[str, typer.Argument(metavar="MODEL", help="alias (kvplan models), Hub id org/name, or a path to config.json")],
+    gpu: Annotated[str, typer.Option("--gpu", "-g", help="catalog name (kvplan gpus), a size such as 24GB, or NxGPU such as 8xH100")],
+    prompt: Annotated[Optional[str], typer.Option("--prompt", metavar="TOKENS", help="prompt length: 1000, or a range 500-3000 (uniform)")] = None,
+    output: Annotated[Optional[str], typer.Option("--output", metavar="TOKENS", help="output length: 300, or a range 100-800 (uniform)")] = None,
+    requests_file: Annotated[Optional[str], typer.Option("--requests-file", metavar="FILE", help="real request lengths: CSV with a header or JSONL (prompt_tokens/input_tokens, output_tokens/completion_tokens; OpenAI usage objects)")] = None,
+    requests: Annotated[Optional[str], typer.Option("--requests", "-n", metavar="N", help="requests drawn from the ranges (default 1,000)")] = None,
+    shared_prefix: Annotated[Optional[str], typer.Option("--shared-prefix", metavar="TOKENS", help="leading prompt tokens every request shares (a system prompt), cached once with prefix caching")] = None,
+    users: Annotated[Optional[str], typer.Option("--users", "-u", metavar="N", help="concurrent users to serve (closed loop); sizes the fleet")] = None,
+    tpot: Annotated[Optional[str], typer.Option("--tpot", metavar="TIME", help="target time per output token: 30ms, 0.05s (needs --users)")] = None,
+    bandwidth: Annotated[Optional[str], typer.Option("--bandwidth", metavar="GB/S", help="memory bandwidth of one GPU in GB/s (default: the catalog's)")] = None,
+    burst: Annotated[bool, typer.Option("--burst", help="every request arrives at once (a benchmark run) instead of a closed loop")] = False,
+    engine: Engine = None, kv_dtype: KvDtype = None, weight_dtype: WeightDtype = None,
+    tp: Annotated[Optional[str], typer.Option("--tp", help="tensor-parallel GPUs (default: all GPUs of NxGPU)")] = None,
+    pp: Annotated[Optional[str], typer.Option("--pp", help="pipeline-parallel stages")] = None,
+    kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB")] = None,
+    reserve: Annotated[Optional[str], typer.Option("--reserve", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB")] = None,
+    gpu_memory_utilization: GpuMemUtil = None, max_num_seqs: MaxNumSeqs = None, max_model_len: MaxModelLen = None,
+    block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None,
+    enable_prefix_caching: PrefixCaching = None,
+    json_out: Json = False, revision: Revision = None, offline: Offline = False, refresh: Refresh = False,
+    hub: Hub = False, token: Token = None, timeout: Timeout = None,
+) -> None:
+    from kvplan import gpus as gpu_catalog, serving, workload as wl
+    from kvplan.units import parse_bandwidth, parse_bytes, parse_seconds
+
+    selection = gpu_catalog.resolve_gpu(gpu)
+    knobs = _parse_knobs(gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
+                         max_model_len=max_model_len, block_size=block_size,
+                         max_num_batched_tokens=max_num_batched_tokens, enable_prefix_caching=enable_prefix_caching)
+    prefix = parse_tokens(shared_prefix, "--shared-prefix") if shared_prefix else 0
+    count = parse_count(requests, "--requests") if requests else None
+    if requests_file:
+        if prompt or output:
+            raise InputError("--requests-file gives the lengths; leave out --prompt and --output")
+        work = wl.from_file(requests_file, prefix, count)
+    else:
+        if not prompt or not output:
+            raise InputError("plan needs the request lengths: --prompt TOKENS and --output TOKENS (each a number or "
+                             "a range such as 500-3000), or --requests-file FILE")
+        work = wl.sampled(count or 1000, wl.parse_lengths(prompt, "--prompt"), wl.parse_lengths(output, "--output"), prefix)
+    mo = _options(model, revision=revision, offline=offline, refresh=refresh, hub=hub, token=token, timeout=timeout,
+                  encoder_len=None)
+    eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=None, v_dtype=None, state_dtype=None,
+                         weight_dtype=weight_dtype, tp="1", pp="1", knobs=knobs)
+    report = serving.plan(
+        mo, eo, selection, work, users=parse_count(users, "--users") if users else None,
+        tpot=parse_seconds(tpot, "--tpot") if tpot else None,
+        bandwidth=parse_bandwidth(bandwidth, "--bandwidth") if bandwidth else None,
+        kv_budget=parse_bytes(kv_budget, "--kv-budget") if kv_budget else None, reserve=_parse_reserve(reserve),
+        tp=parse_count(tp, "--tp") if tp else None, pp=parse_count(pp, "--pp") if pp else None, burst=burst,
+    )
+    if json_out:
+        _print_json(report.to_json())
+        return
+    from kvplan import render
+
+    render.console().print(render.plan_view(report))
 
 
 # ---------------------------------------------------------------------------------------------- check

@@ -506,3 +506,57 @@ def engine_run_view(r: Any) -> Group:
         parts.append(Text("notes", style="bold"))
         parts.extend(Text(f"  • {n}") for n in r.notes)
     return Group(*parts)
+
+
+def plan_view(p: Any) -> Group:
+    """`kvplan plan`: the pool, the replay, the speed bound by batch and (with --users) the fleet."""
+    f, run, pool = p.fit, p.run, p.pool
+    s = f.setup
+    head = Table.grid(padding=(0, 2))
+    head.add_column(style="bold")
+    head.add_column()
+    g = f.gpu
+    head.add_row("GPU", f"{g.count} x {g.gpu.name}")
+    head.add_row("model", f"{esc(s.ref.id or s.ref.requested)}  [dim]{s.ref.source}[/dim]")
+    head.add_row("engine", f"{s.engine.label}   tp {s.tp} x pp {s.pp}   kv {s.kvd.label}")
+    head.add_row("workload", esc(p.workload.description) + (f", shared prefix {fmt_int(p.workload.shared_prefix)}" if p.workload.shared_prefix else ""))
+    pj = pool.to_json()
+    head.add_row("KV pool / GPU", f"{fmt_int(pool.usable_blocks)} usable blocks x {fmt_int(pj['block_size'])} tokens "
+                 f"({bytes_cell(pool.kv_budget_bytes)} {pool.kv_budget_source})")
+    if p.mode == "burst":
+        head.add_row("replay", f"all {fmt_int(run.requests)} requests at once: {fmt_int(run.steps)} engine steps")
+    else:
+        head.add_row("replay", f"{fmt_int(p.users)} users in a closed loop, {fmt_int(run.requests)} requests, "
+                     f"steady steps {fmt_int(run.window[0])}-{fmt_int(run.window[1])}")
+    head.add_row("running at once", f"median {fmt_int(run.p50_running)}  (p10 {fmt_int(run.p10_running)}, p90 "
+                 f"{fmt_int(run.p90_running)}, peak {fmt_int(run.peak_running)})")
+    head.add_row("preemptions", f"{fmt_int(run.preemptions)} ({fmt_int(run.preempted_requests)} requests)")
+    if p.step_bound:
+        head.add_row("decode bound", f"{p.step_bound * 1e3:.2f} ms per step at the median batch: "
+                     f"<= {1 / p.step_bound:,.1f} tokens/s per request")
+    parts: list[Any] = [Panel(head, title="kvplan plan", title_align="left")]
+    if p.speed_table:
+        t = Table(title="decode-step bound by batch (requests at mean prompt + half their output)", title_justify="left")
+        for col in ("batch", "weights read", "cache read", "step (ms)", "tok/s per request", "tok/s total"):
+            t.add_column(col, justify="right")
+        for r in p.speed_table:
+            t.add_row(fmt_int(r.batch), fmt_bytes(round(r.weight_read)), fmt_bytes(round(r.cache_read)),
+                      f"{r.step_seconds * 1e3:.2f}", f"{r.tokens_per_s_per_request:,.1f}", f"{r.batch / r.step_seconds:,.0f}")
+        parts.append(t)
+        if p.crossover_batch:
+            parts.append(Text(f"cache reads overtake weight reads from batch {p.crossover_batch:,}", style="dim"))
+    if p.fleet:
+        fl = p.fleet
+        t = Table.grid(padding=(0, 2))
+        t.add_column(style="bold")
+        t.add_column()
+        t.add_row("users", fmt_int(fl["users"]) + (f" at <= {fl['tpot_seconds'] * 1e3:g} ms per output token" if fl["tpot_seconds"] else ""))
+        t.add_row("per instance", f"{fmt_int(fl['users_per_instance'])} (memory {fmt_int(fl['users_per_instance_memory'])}"
+                  + (f", speed bound {fmt_int(fl['users_per_instance_speed'])}" if fl["users_per_instance_speed"] is not None else "") + ")")
+        t.add_row("instances", "cannot serve the target" if fl["instances"] is None else
+                  f"{fmt_int(fl['instances'])} x {fl['gpus_per_instance']} GPU = {fmt_int(fl['gpus'])} GPUs")
+        parts.append(Panel(t, title="fleet", title_align="left"))
+    for block in (_notes("warnings", p.warnings, "yellow"), _notes("assumptions", p.assumptions, "dim")):
+        if block is not None:
+            parts.append(block)
+    return Group(*parts)

@@ -327,6 +327,7 @@ class Widths:
     hidden: int
     vocab: int
     intermediate: int
+    experts_per_token: int = 0  # routed experts each token uses (0: dense)
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,32 @@ def parse_headroom(text: str | float, what: str = "headroom") -> float:
     return value
 
 
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|us)?\s*$", re.ASCII | re.IGNORECASE)
+_BANDWIDTH_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(gb/s|tb/s|gbps)?\s*$", re.ASCII | re.IGNORECASE)
+
+
+def parse_seconds(text: str, what: str) -> float:
+    """A time: 30ms, 0.05s, 30 (milliseconds when no unit); > 0 and below an hour."""
+    m = _DURATION_RE.match(str(text))
+    if not m:
+        raise InputError(f"{what}: {shown(text)} is not a time; write 30ms or 0.05s")
+    value = float(m.group(1)) * {"ms": 1e-3, "s": 1.0, "us": 1e-6, None: 1e-3}[(m.group(2) or "").lower() or None]
+    if not 0 < value < 3600:
+        raise InputError(f"{what}: {shown(text)} is out of range (above 0, below an hour)")
+    return value
+
+
+def parse_bandwidth(text: str, what: str) -> float:
+    """Memory bandwidth in bytes/s from GB/s (1e9 B/s, as vendors state it): 3350, 3350GB/s, 3.35TB/s."""
+    m = _BANDWIDTH_RE.match(str(text))
+    if not m:
+        raise InputError(f"{what}: {shown(text)} is not a bandwidth; write GB/s such as 3350 or 3.35TB/s")
+    value = float(m.group(1)) * (1e12 if (m.group(2) or "").lower() == "tb/s" else 1e9)
+    if not 1e8 <= value <= 1e15:
+        raise InputError(f"{what}: {shown(text)} is out of range (0.1 GB/s to 1 PB/s)")
+    return value
+
+
 def fmt_int(n: int | None) -> str:
     return "-" if n is None else f"{n:,}"
 

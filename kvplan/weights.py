@@ -96,16 +96,17 @@ def total_bytes(spec: ModelSpec, fmt: WeightFormat, float_dtype: str, *, include
 
 
 def per_gpu_bytes(spec: ModelSpec, fmt: WeightFormat, float_dtype: str, tp: int, pp: int, stage: int,
-                  *, include_mtp: bool = False) -> int:
+                  *, include_mtp: bool = False, only=None) -> int:
     """Weights on one GPU of `stage`: its layers (embeddings on the first stage, final norm and lm_head on the
-    last; a tied lm_head is a copy on the last stage when pp > 1), sharded tensors / tp (rounded up)."""
+    last; a tied lm_head is a copy on the last stage when pp > 1), sharded tensors / tp (rounded up).
+    only: a WeightPart predicate, to count a subset (the routed experts, for decode-speed bounds)."""
     fb = FLOAT_BYTES[float_dtype]
     stages = pp_partition(spec.num_layers, pp)
     layers = set(stages[stage])
     first, last = stage == 0, stage == pp - 1
     total = 0
     for w in spec.weights:
-        if w.part == "mtp" and not include_mtp:
+        if (w.part == "mtp" and not include_mtp) or (only is not None and not only(w)):
             continue
         if w.layer is not None and w.part in ("text", "mtp"):
             if w.layer not in layers and not (w.part == "mtp" and last):
@@ -118,7 +119,7 @@ def per_gpu_bytes(spec: ModelSpec, fmt: WeightFormat, float_dtype: str, tp: int,
             continue
         b = part_bytes(w, fmt, fb)
         total += b if w.split == "replicated" or tp == 1 else cdiv(b, tp)
-    if spec.tied_embeddings and pp > 1 and last:
+    if spec.tied_embeddings and pp > 1 and last and only is None:
         emb = next((w for w in spec.weights if w.role == "embedding" and w.part == "text"), None)
         if emb is not None:
             total += cdiv(part_bytes(emb, fmt, fb), tp)

@@ -139,15 +139,18 @@ FLAGS = ("--ctx", "--batch", "--tp", "--pp", "--kv-dtype", "--weight-dtype", "--
          "--ubatch", "--tokens-per-block", "--max-num-batched-tokens", "--max-num-seqs", "--encoder-len",
          "--gpu-memory-utilization", "--mem-fraction-static", "--timeout", "--engine", "--kv-budget", "--gpu",
          "--state-dtype", "--k-dtype", "--v-dtype", "--revision")
+PLAN_FLAGS = ("--prompt", "--output", "--users", "--tpot", "--bandwidth", "--shared-prefix", "--requests", "--gpu",
+              "--max-num-seqs", "--block-size", "--max-model-len", "--kv-budget", "--tp", "--engine")
 
 
 def flags_case(rng: random.Random) -> Case:
     base = rng.choice([["size", "llama-3.1-8b"], ["size", "gemma-2-9b", "--engine", "llamacpp"],
                        ["size", "qwen3-next-80b-a3b"], ["fit", "--gpu", "L4", "--model", "llama-3.2-1b"],
-                       ["fit", "--gpu", "24GB"], ["size", "llama-3.1-8b", "--engine", "sglang"]])
+                       ["fit", "--gpu", "24GB"], ["size", "llama-3.1-8b", "--engine", "sglang"],
+                       ["plan", "llama-3.2-1b", "--gpu", "L4", "--prompt", "100-300", "--output", "10-50", "-n", "30"]])
     argv = list(base)
     for _ in range(rng.randint(1, 3)):
-        flag = rng.choice(FLAGS)
+        flag = rng.choice(PLAN_FLAGS if base[0] == "plan" else FLAGS)
         value = hostile_text(rng) if flag not in ("--engine",) else rng.choice(
             ["vllm", "vllm@", "vllm@99", "sglang@0.1", "llamacpp", "x", "VLLM", "trtllm@1.0", "hf"])
         argv += [f"{flag}={value}"] if rng.random() < 0.5 else [flag, value]
@@ -306,7 +309,10 @@ def _figures(obj: Any, key: str = "") -> list[tuple[str, Any]]:
 # figures that may be negative: fit's KV budget when the weights do not fit (weights_fit: false says so)
 SIGNED_KEYS = {"margin", "difference", "delta", "kv_budget_bytes"}
 FRACTION_KEYS = {"concurrency", "gpu_memory_utilization", "mem_fraction_static", "fraction", "headroom", "free_gpu_memory_fraction",
-                 "seconds", "ratio", "utilization", "bandwidth_gbps", "tflops", "x", "share"}
+                 "seconds", "ratio", "utilization", "bandwidth_gbps", "tflops", "x", "share",
+                 # plan: means over requests and steps, speed bounds
+                 "mean_running", "mean_prompt", "mean_output", "mean_request_blocks", "tokens_per_s_per_request",
+                 "tokens_per_s_per_request_bound", "step_seconds_bound"}
 
 
 def _asks_json(argv: list[str]) -> bool:

@@ -25,7 +25,7 @@ from kvplan import catalog
 
 fake_hub = hubserver.fake_hub  # the fixture (isolated HF_HOME, a local fake Hub), under its name in this module
 
-SCHEMA_NAMES = ("size", "fit", "check", "verify", "models", "gpus", "pull")
+SCHEMA_NAMES = ("size", "fit", "check", "verify", "models", "gpus", "pull", "plan")
 ENGINES = ("vllm", "sglang", "llamacpp", "trtllm", "hf")
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 
@@ -73,6 +73,22 @@ def test_every_schema_is_a_valid_draft_2020_12_schema():
         assert s["$schema"] == DRAFT_2020_12, name
         Draft202012Validator.check_schema(s)
         assert s.get("additionalProperties", True) is True, name  # "add freely": never closed at the top
+
+
+def test_plan_output_validates_and_broken_outputs_do_not():
+    out = real("plan", "llama-3.1-8b", "--gpu", "H100", "--prompt", "100-300", "--output", "20-60", "-n", "50",
+               "--users", "400", "--tpot", "20ms", "--json")
+    validate("plan", out)
+    assert schema("plan")["$defs"]["model"] == schema("fit")["$defs"]["model"]
+    assert schema("plan")["$defs"]["gpu"] == schema("fit")["$defs"]["gpu"]
+    for path, value in ((("run", "peak_running"), -1), (("pool", "kv_budget_source"), "guessed"), (("mode",), "steady"),
+                        (("speed", "by_batch"), []), (("fleet", "gpus_per_instance"), 0)):
+        broken = json.loads(json.dumps(out))
+        node = broken
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value
+        assert errors("plan", broken), path
 
 
 def test_shared_definitions_are_the_same_in_every_file():

@@ -386,7 +386,7 @@ def _widths(k: _Keys, tensors: tuple[GGUFTensor, ...], n: int) -> Widths:
     vocab = vocab or (len(tokens) if isinstance(tokens, list) else 0)
     ff = k.per_layer("feed_forward_length", n, [0] * n) if n else [0]
     moe = k.int("expert_feed_forward_length", 0) * k.int("expert_used_count", 0)
-    return Widths(hidden, vocab, max([*ff, moe, 0]))
+    return Widths(hidden, vocab, max([*ff, moe, 0]), k.int("expert_used_count", 0))
 
 
 # ---------------------------------------------------------------------------------------------- entry point

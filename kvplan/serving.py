@@ -1,0 +1,375 @@
+"""`kvplan plan`: for a workload on a GPU, how many requests run at once, how fast each decodes (a bound), and how
+many GPUs N users need at a target time per output token.
+
+Memory side: the engine's own pool (the same budget and block layout `fit` solves with) replayed request by
+request through vLLM's scheduler (schedule_sim.py): admissions, block growth, preemptions, shared prefix blocks.
+Speed side: a memory-bandwidth bound per decode step, (weight bytes read + cache bytes read by every running
+request) / the GPU's bandwidth; compute, communication and kernel efficiency are left out, so step times are lower
+bounds and tokens/s upper bounds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+from kvplan import JSON_SCHEMA
+from kvplan.errors import InputError
+from kvplan.gpus import GpuSelection
+from kvplan.schedule_sim import PoolGroup, SchedulerSettings, SimRequest, Trace, paged_group, simulate
+from kvplan.sizing import EngineOptions, ModelOptions
+from kvplan.workload import Workload
+
+SATURATION_ROUNDS = 3  # requests per user in the saturated closed loop (the first round warms up, the last drains)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The engine's KV pool for this model, GPU and settings, as its scheduler sees it."""
+
+    settings: SchedulerSettings
+    bytes_per_block: int
+    kv_budget_bytes: int
+    kv_budget_source: str
+
+    @property
+    def usable_blocks(self) -> int:
+        return self.settings.num_blocks - 1
+
+    def request_blocks(self, tokens: int) -> int:
+        return sum(g.blocks_for(tokens) for g in self.settings.groups)
+
+    def to_json(self) -> dict[str, Any]:
+        s = self.settings
+        return {"num_blocks": s.num_blocks, "usable_blocks": self.usable_blocks,
+                "block_size": max(g.block_size for g in s.groups), "bytes_per_block": self.bytes_per_block,
+                "kv_groups": len(s.groups), "kv_budget_bytes": self.kv_budget_bytes,
+                "kv_budget_source": self.kv_budget_source, "max_num_seqs": s.max_num_seqs,
+                "max_num_batched_tokens": s.max_num_batched_tokens, "max_model_len": s.max_model_len,
+                "prefix_caching": s.prefix_caching and all(g.caches_prefix for g in s.groups)}
+
+
+@dataclass(frozen=True)
+class RunStats:
+    """One replay: what the scheduler did (steps are engine iterations)."""
+
+    requests: int
+    steps: int
+    peak_running: int
+    mean_running: float
+    p10_running: int
+    p50_running: int
+    p90_running: int
+    preemptions: int
+    preempted_requests: int
+    window: tuple[int, int]  # the steps the means are over
+    truncated: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return {"requests": self.requests, "steps": self.steps, "peak_running": self.peak_running,
+                "mean_running": round(self.mean_running, 2), "p10_running": self.p10_running,
+                "p50_running": self.p50_running, "p90_running": self.p90_running, "preemptions": self.preemptions,
+                "preempted_requests": self.preempted_requests, "window_steps": list(self.window),
+                "truncated": self.truncated}
+
+
+def run_stats(trace: Trace, requests: int, window: tuple[int, int] | None = None) -> RunStats:
+    lo, hi = window or (0, len(trace.steps))
+    hi = max(hi, lo + 1)
+    running = sorted(s.running for s in trace.steps[lo:hi]) or [0]
+
+    def pct(q: float) -> int:
+        return running[min(len(running) - 1, int(q * len(running)))]
+
+    inside = [p for p in trace.preemptions if lo <= p[0] < hi]
+    return RunStats(requests, len(trace.steps), trace.peak_running, sum(running) / len(running), pct(0.1), pct(0.5),
+                    pct(0.9), len(inside), len({i for _, i in inside}), (lo, hi), trace.truncated)
+
+
+# ---------------------------------------------------------------------------------------------- speed
+@dataclass(frozen=True)
+class SpeedModel:
+    """Bytes one GPU reads per decode step, against its bandwidth."""
+
+    bandwidth: int  # bytes/s of one GPU
+    bandwidth_source: str
+    weight_bytes: int  # on one GPU
+    expert_bytes: tuple[tuple[int, int], ...]  # (experts in the tensor set, bytes on one GPU) of routed experts
+    experts_per_token: int
+    bytes_per_block: int
+
+    def weight_read(self, batch: int) -> float:
+        """Weights read by a step of `batch` decoding requests: everything but the routed experts, and of those the
+        share a batch touches, E x (1 - (1 - k/E)^batch) experts expected under uniform, independent routing."""
+        total = float(self.weight_bytes)
+        k = self.experts_per_token
+        for experts, b in self.expert_bytes:
+            if k and experts > k:
+                total -= b * (1 - k / experts) ** batch
+        return total
+
+    def step_seconds(self, batch: int, cache_bytes: float) -> float:
+        return (self.weight_read(batch) + cache_bytes) / self.bandwidth
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bandwidth_bytes_per_s": self.bandwidth, "bandwidth_source": self.bandwidth_source,
+                "weight_bytes": self.weight_bytes, "routed_expert_bytes": sum(b for _, b in self.expert_bytes),
+                "experts_per_token": self.experts_per_token}
+
+
+def speed_model(setup, stage: int, bandwidth: float, source: str, bytes_per_block: int) -> SpeedModel:
+    from kvplan import weights
+
+    spec = setup.spec
+    k = spec.widths.experts_per_token
+    total = setup.weight_bytes(stage)
+    cfg_total = weights.per_gpu_bytes(spec, setup.weight_format, setup.float_dtype, setup.tp, setup.pp, stage,
+                                      include_mtp=setup.include_mtp) or 1
+    experts = []
+    if k:
+        for count in sorted({w.count for w in spec.weights if w.role == "expert" and w.split == "expert"}):
+            b = weights.per_gpu_bytes(spec, setup.weight_format, setup.float_dtype, setup.tp, setup.pp, stage,
+                                      include_mtp=setup.include_mtp,
+                                      only=lambda w, c=count: w.role in ("expert", "bias") and w.split == "expert" and w.count == c)
+            if b:
+                experts.append((count, b * total // cfg_total))
+    return SpeedModel(bandwidth, source, total, tuple(experts), k, bytes_per_block)
+
+
+@dataclass(frozen=True)
+class SpeedRow:
+    batch: int
+    weight_read: float
+    cache_read: float
+    step_seconds: float
+
+    @property
+    def tokens_per_s_per_request(self) -> float:
+        return 1.0 / self.step_seconds
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batch": self.batch, "weight_read_bytes": round(self.weight_read), "cache_read_bytes": round(self.cache_read),
+                "step_seconds": self.step_seconds, "tokens_per_s_per_request": round(1.0 / self.step_seconds, 3),
+                "tokens_per_s": round(self.batch / self.step_seconds, 3)}
+
+
+def speed_rows(speed: SpeedModel, per_request_cache: float, top: int) -> list[SpeedRow]:
+    batches, b = [], 1
+    while b < top:
+        batches.append(b)
+        b *= 2
+    batches.append(max(1, top))
+    out = []
+    for b in batches:
+        cache = b * per_request_cache
+        out.append(SpeedRow(b, speed.weight_read(b), cache, speed.step_seconds(b, cache)))
+    return out
+
+
+def crossover(speed: SpeedModel, per_request_cache: float, limit: int = 1 << 16) -> int | None:
+    """The smallest batch whose cache reads exceed its weight reads (None: not below `limit`)."""
+    if per_request_cache <= 0:
+        return None
+    b = max(1, math.ceil(speed.weight_bytes / per_request_cache))
+    while b > 1 and (b - 1) * per_request_cache > speed.weight_read(b - 1):
+        b -= 1
+    while b <= limit and b * per_request_cache <= speed.weight_read(b):
+        b += 1
+    return b if b <= limit else None
+
+
+# ---------------------------------------------------------------------------------------------- the plan
+@dataclass(frozen=True)
+class PlanReport:
+    fit: Any  # planner.FitResult the pool comes from
+    pool: Pool
+    workload: Workload
+    mode: str  # burst | users
+    users: int | None
+    run: RunStats
+    mean_request_blocks: float
+    speed: SpeedModel | None
+    speed_table: tuple[SpeedRow, ...]
+    step_bound: float | None  # the replay's median decode-step bound, seconds
+    crossover_batch: int | None
+    tpot_target: float | None
+    fleet: dict[str, Any] | None
+    assumptions: tuple[str, ...]
+    warnings: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        f = self.fit
+        out = {
+            "schema": JSON_SCHEMA, "model": f.setup.ref.to_json(), "engine": f.setup.engine.label,
+            "gpu": f.gpu.to_json(), "tp": f.setup.tp, "pp": f.setup.pp, "kv_dtype": f.setup.kvd.label,
+            "weight_bytes": f.weight_bytes, "workload": self.workload.to_json(), "mode": self.mode,
+            "users": self.users, "pool": self.pool.to_json(), "run": self.run.to_json(),
+            "mean_request_blocks": round(self.mean_request_blocks, 3),
+            "speed": None, "fleet": self.fleet, "assumptions": list(self.assumptions), "warnings": list(self.warnings),
+        }
+        if self.speed is not None:
+            out["speed"] = {**self.speed.to_json(), "step_seconds_bound": self.step_bound,
+                            "tokens_per_s_per_request_bound": round(1 / self.step_bound, 3) if self.step_bound else None,
+                            "cache_over_weights_from_batch": self.crossover_batch,
+                            "by_batch": [r.to_json() for r in self.speed_table]}
+        return out
+
+
+def _pool(fit) -> Pool:
+    from kvplan.engines import vllm
+
+    s = fit.setup
+    prepared = s.prepared
+    stage_i = prepared.limiting_stage(fit.ctx)
+    stage = prepared.stages[stage_i]
+    budgets = [b.kv_bytes for b in fit.budgets]
+    num_blocks = vllm._num_blocks(prepared, budgets)
+    inflight = prepared.inflight
+    if stage.uniform_type:
+        groups = (PoolGroup(stage.block_size, lambda n: stage.blocks_per_request(n, inflight), True),)
+    else:
+        groups = tuple(paged_group(g.spec.block_size, g.spec.shards, g.spec.shards == 1)
+                       if type(g.spec) in (vllm.FullSpec, vllm.MLASpec)
+                       else PoolGroup(g.spec.block_size, lambda n, sp=g.spec: sp.blocks(n, inflight), False)
+                       for g in stage.groups)
+    return Pool(SchedulerSettings(num_blocks, groups, 0, prepared.max_num_batched_tokens, 0), stage.bytes_per_block,
+                min(budgets), fit.kv_budget_source)
+
+
+def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workload, *, users: int | None = None,
+         tpot: float | None = None, bandwidth: float | None = None, kv_budget: int | None = None,
+         reserve: int | None = None, tp: int | None = None, pp: int | None = None, burst: bool = False) -> PlanReport:
+    """burst: every workload request arrives at once (a benchmark run). Otherwise a closed loop: `users` users (or,
+    without users, enough to saturate one instance) each keep one request in the system."""
+    from kvplan import engines, planner
+    from kvplan.engines import vllm
+
+    engine = engines.choose(eo.engine)
+    if engine.module is not vllm:
+        raise InputError(f"plan replays vLLM's scheduler; --engine {eo.engine} is not modelled yet (accepted: vllm)")
+    longest = workload.longest
+    fit = planner.fit_model(mo, eo, gpu, longest, 1, kv_budget=kv_budget, reserve=reserve, tp=tp, pp=pp)
+    s = fit.setup
+    opts = {k: v for k, v in eo.knobs.items() if v is not None}
+    model_max = s.max_ctx
+    mml = int(opts.get("max_model_len") or model_max or longest)
+    if longest > mml:
+        raise InputError(f"the workload's longest request is {longest:,} tokens (prompt + output); the engine's "
+                         f"max_model_len is {mml:,}" + ("" if opts.get("max_model_len") else f" (the model maximum, {s.max_ctx_source})"))
+    if not fit.weights_fit:
+        raise InputError(f"{s.ref.requested}: the weights ({fit.weight_bytes:,} B per GPU) leave no KV memory on "
+                         f"{gpu.requested}; nothing to plan (kvplan fit shows the budget)")
+    base_pool = _pool(fit)
+    seqs = int(opts.get("max_num_seqs") or vllm.default_max_num_seqs_for(planner.gpu_context(gpu)))
+    prefix = opts.get("enable_prefix_caching") is not False
+    settings = replace(base_pool.settings, max_num_seqs=seqs, max_model_len=mml, prefix_caching=prefix)
+    pool = replace(base_pool, settings=settings)
+    if pool.usable_blocks < pool.request_blocks(min(longest, mml)):
+        raise InputError(f"the pool holds {pool.usable_blocks:,} blocks; the longest request needs "
+                         f"{pool.request_blocks(longest):,}: vLLM would not start with this max_model_len")
+    assumptions = [
+        f"KV pool: {settings.num_blocks:,} blocks of {pool.bytes_per_block:,} B ({fit.kv_budget_source} budget "
+        f"{pool.kv_budget_bytes:,} B per GPU), max_num_seqs {seqs}, max_num_batched_tokens {settings.max_num_batched_tokens:,}, "
+        f"max_model_len {mml:,}, prefix caching {'on' if pool.to_json()['prefix_caching'] else 'off'}",
+        "requests replayed through vLLM 0.32's V1 scheduler (FCFS, synchronous scheduling, chunked prefill, full "
+        "sequence must fit at admission, recompute preemption); checked step by step against vLLM's CPU build",
+    ]
+    warnings = list(fit.warnings)
+    if not all(g.caches_prefix for g in settings.groups):
+        assumptions.append("sliding-window / state groups hold vLLM's per-request reservation for their length; "
+                           "prefix sharing is not replayed for them (replay checked on full attention only)")
+    if s.prepared.async_on:
+        assumptions.append("vLLM on GPUs schedules asynchronously (one token ahead); the replay is synchronous, "
+                           "as vLLM's CPU build where it was checked")
+    mean_blocks = _mean_blocks(pool, workload)
+    if burst:
+        trace = simulate(settings, workload.requests)
+        run = run_stats(trace, len(workload.requests))
+        mode, loop_users = "burst", None
+    else:
+        # enough users to fill the pool half again (or all of them, when fewer): the replay shows what one instance
+        # holds at once; more users would only wait longer
+        saturating = min(seqs, math.ceil(1.5 * pool.usable_blocks / max(mean_blocks, 1e-9)) + 4)
+        loop_users = min(users, saturating) if users is not None else saturating
+        reqs = _enough(workload, loop_users * SATURATION_ROUNDS)
+        trace = simulate(settings, reqs, users=loop_users)
+        run = run_stats(trace, len(reqs), _steady_window(trace, loop_users, len(reqs)))
+        mode = "users"
+    speed, table, step_bound, cross = None, (), None, None
+    bw, bw_source = (round(bandwidth), "--bandwidth") if bandwidth else (
+        (round(gpu.gpu.bandwidth_gbps * 1e9), f"{gpu.gpu.name} vendor peak {gpu.gpu.bandwidth_gbps:g} GB/s")
+        if gpu.gpu.bandwidth_gbps else (None, ""))
+    if bw:
+        speed = speed_model(s, s.prepared.limiting_stage(fit.ctx), bw, bw_source, pool.bytes_per_block)
+        per_req = mean_blocks * pool.bytes_per_block
+        top = max(1, min(seqs, int(pool.usable_blocks / max(mean_blocks, 1e-9))))
+        table = tuple(speed_rows(speed, per_req, top))
+        cross = crossover(speed, per_req)
+        bounds = sorted(speed.step_seconds(st.decoding, st.held_blocks * pool.bytes_per_block)
+                        for st in trace.steps[run.window[0]:run.window[1]] if st.decoding)
+        step_bound = bounds[len(bounds) // 2] if bounds else None
+        assumptions.append("decode speed: a memory-bandwidth bound, (weights read + cache blocks held by running "
+                           "requests) / bandwidth per step; compute, all-reduce and kernel efficiency left out, so "
+                           "tokens/s are upper bounds" + (", routed experts touched by a batch under uniform "
+                                                          "routing" if speed.expert_bytes else ""))
+    else:
+        warnings.append(f"no memory bandwidth for {gpu.requested}: the speed side needs --bandwidth GB/s")
+    fleet = None
+    if users is not None and not burst:
+        fleet = _fleet(users, tpot, run, speed, mean_blocks * pool.bytes_per_block, fit, seqs)
+    elif tpot is not None and users is None:
+        raise InputError("--tpot needs --users N (the users to serve at that time per output token)")
+    return PlanReport(fit, pool, workload, mode, loop_users, run, mean_blocks, speed, table, step_bound, cross, tpot,
+                      fleet, tuple(assumptions + list(fit.assumptions)), tuple(warnings))
+
+
+def _mean_blocks(pool: Pool, workload: Workload) -> float:
+    """Blocks a request holds on average over its decode: its prompt plus half its output, per request."""
+    total = 0
+    for r in workload.requests:
+        total += pool.request_blocks(r.prompt + r.output // 2)
+    return total / len(workload.requests)
+
+
+def _enough(workload: Workload, n: int) -> list[SimRequest]:
+    reqs = list(workload.requests)
+    while len(reqs) < n:
+        reqs += workload.requests
+    return reqs[:max(n, len(workload.requests))]
+
+
+def _steady_window(trace: Trace, users: int, total: int) -> tuple[int, int]:
+    """From the first request's end to the step the last request arrives (the loop is full in between)."""
+    if not trace.finished_at:
+        return 0, len(trace.steps)
+    start = min(trace.finished_at.values())
+    ends = sorted(trace.finished_at.values())
+    stop = ends[total - users - 1] if total - users - 1 >= 0 else len(trace.steps)
+    return (start, stop) if stop > start else (0, len(trace.steps))
+
+
+def _fleet(need: int, tpot: float | None, run: RunStats, speed: SpeedModel | None, per_request_cache: float,
+           fit, seqs: int) -> dict[str, Any]:
+    """Users one engine instance serves at once (memory: the saturated replay's median running requests; speed:
+    the largest batch whose step bound meets the target), and instances and GPUs for `need` users."""
+    by_memory = max(0, min(run.p50_running, seqs))
+    by_speed = None
+    if tpot is not None and speed is not None:
+        by_speed = 0
+        lo, hi = 1, max(1, by_memory)
+        if speed.step_seconds(1, per_request_cache) <= tpot:
+            while lo < hi:
+                mid = (lo + hi + 1) // 2
+                if speed.step_seconds(mid, mid * per_request_cache) <= tpot:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            by_speed = lo
+    per_instance = by_memory if by_speed is None else min(by_memory, by_speed)
+    gpus_per_instance = fit.setup.tp * fit.setup.pp
+    instances = math.ceil(need / per_instance) if per_instance else None
+    return {"users": need, "tpot_seconds": tpot, "users_per_instance_memory": by_memory,
+            "users_per_instance_speed": by_speed, "users_per_instance": per_instance,
+            "gpus_per_instance": gpus_per_instance, "instances": instances,
+            "gpus": instances * gpus_per_instance if instances else None}

@@ -1,0 +1,149 @@
+"""`kvplan plan`: workload input, the replay's properties, the decode-speed arithmetic against the catalog's figures,
+the fleet, and one-line refusals. (vLLM's own scheduler checks the replay step by step: tests/test_schedule_oracle.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from conftest import run_cli
+from test_json_schemas import schema
+
+
+def plan(*args: str, code: int = 0):
+    r = run_cli("plan", *args)
+    assert r.code == code, (args, r.code, r.err)
+    if code == 0:
+        data = r.json() if "--json" in args else None
+        if data is not None:
+            Draft202012Validator(schema("plan")).validate(data)
+        return data if data is not None else r.out
+    assert r.err.count("\n") == 1 and "Traceback" not in r.err, r.err
+    return r.err
+
+
+SMALL = ("--prompt", "200-400", "--output", "50-150", "-n", "200")
+
+
+def test_dense_decode_bound_is_weights_plus_cache_over_the_catalog_bandwidth():
+    out = plan("llama-3.1-8b", "--gpu", "H100", *SMALL, "--json")
+    sp = out["speed"]
+    assert sp["bandwidth_bytes_per_s"] == 3350e9  # the catalog's H100 SXM figure, GB/s = 1e9 B/s
+    assert sp["weight_bytes"] == out["weight_bytes"] == 16_060_522_496  # bf16 Llama-3.1-8B, one GPU
+    assert sp["routed_expert_bytes"] == 0
+    per_request = out["mean_request_blocks"] * out["pool"]["bytes_per_block"]
+    for row in sp["by_batch"]:
+        assert row["weight_read_bytes"] == sp["weight_bytes"]  # a dense model reads every weight each step
+        assert row["cache_read_bytes"] == round(row["batch"] * per_request)
+        assert row["step_seconds"] == pytest.approx((sp["weight_bytes"] + row["batch"] * per_request) / 3350e9, rel=1e-12)
+        assert row["tokens_per_s"] == pytest.approx(row["batch"] / row["step_seconds"], rel=1e-6)
+    b = sp["cache_over_weights_from_batch"]
+    assert b * per_request > sp["weight_bytes"] >= (b - 1) * per_request
+
+
+def test_moe_reads_the_experts_a_batch_touches():
+    out = plan("qwen3-235b-a22b", "--gpu", "8xH100", *SMALL, "--json")
+    sp = out["speed"]
+    assert sp["experts_per_token"] == 8 and sp["routed_expert_bytes"] > 0.9 * sp["weight_bytes"]
+    rows = {r["batch"]: r for r in sp["by_batch"]}
+    other = sp["weight_bytes"] - sp["routed_expert_bytes"]
+    # batch 1 touches exactly k of E = 128 experts per layer
+    assert rows[1]["weight_read_bytes"] == round(other + sp["routed_expert_bytes"] * 8 / 128)
+    reads = [r["weight_read_bytes"] for r in sp["by_batch"]]
+    assert reads == sorted(reads) and reads[-1] <= sp["weight_bytes"]
+    big = max(rows)
+    assert rows[big]["weight_read_bytes"] == round(other + sp["routed_expert_bytes"] * (1 - (1 - 8 / 128) ** big))
+
+
+def test_few_users_all_run_without_preemption():
+    out = plan("llama-3.1-8b", "--gpu", "H100", *SMALL, "--users", "4", "--json")
+    assert out["mode"] == "users" and out["users"] == 4
+    assert out["run"]["p50_running"] == 4 and out["run"]["preemptions"] == 0
+    assert out["fleet"]["users_per_instance"] == 4 and out["fleet"]["instances"] == 1 and out["fleet"]["gpus"] == 1
+
+
+def test_a_saturated_pool_holds_what_its_blocks_allow():
+    # 24 GB with a 16 GB model: a few thousand blocks; requests of ~3k tokens cannot all run
+    out = plan("llama-3.1-8b", "--gpu", "RTX-4090", "--prompt", "3000", "--output", "200", "-n", "300", "--json")
+    usable, per = out["pool"]["usable_blocks"], math.ceil(3100 / out["pool"]["block_size"])
+    assert out["run"]["p50_running"] <= usable // math.ceil(3000 / out["pool"]["block_size"])
+    assert out["run"]["p50_running"] >= usable // math.ceil(3200 / out["pool"]["block_size"])
+    assert out["run"]["p50_running"] < out["users"]  # more users than fit: the rest wait
+    assert per > 0
+
+
+def test_a_shared_prefix_lets_more_requests_run_at_once():
+    base = ("llama-3.1-8b", "--gpu", "RTX-4090", "--prompt", "2000", "--output", "100", "-n", "200", "--burst", "--json")
+    alone = plan(*base)
+    shared = plan(*base, "--shared-prefix", "1800")
+    assert shared["run"]["peak_running"] > 3 * alone["run"]["peak_running"]
+    off = plan(*base, "--shared-prefix", "1800", "--no-enable-prefix-caching")
+    assert off["run"]["peak_running"] == alone["run"]["peak_running"] and not off["pool"]["prefix_caching"]
+
+
+def test_fleet_for_users_at_a_tpot_target():
+    out = plan("llama-3.1-8b", "--gpu", "H100", *SMALL, "--users", "5000", "--tpot", "12ms", "--json")
+    fl, sp = out["fleet"], out["speed"]
+    assert fl["tpot_seconds"] == 0.012
+    per_request = out["mean_request_blocks"] * out["pool"]["bytes_per_block"]
+    b = fl["users_per_instance_speed"]
+    assert (sp["weight_bytes"] + b * per_request) / 3350e9 <= 0.012 < (sp["weight_bytes"] + (b + 1) * per_request) / 3350e9
+    assert fl["users_per_instance"] == min(b, fl["users_per_instance_memory"])
+    assert fl["instances"] == math.ceil(5000 / fl["users_per_instance"]) and fl["gpus"] == fl["instances"]
+    tp2 = plan("llama-3.1-8b", "--gpu", "2xH100", *SMALL, "--users", "5000", "--json")["fleet"]
+    assert tp2["gpus_per_instance"] == 2 and tp2["gpus"] == 2 * tp2["instances"]
+
+
+def test_request_files(tmp_path):
+    csv = tmp_path / "r.csv"
+    csv.write_text("id,Prompt_Tokens,output_tokens\n1,100,20\n2,300,40\n")
+    out = plan("llama-3.1-8b", "--gpu", "H100", "--requests-file", str(csv), "--burst", "--json")
+    assert out["workload"]["requests"] == 2 and out["workload"]["max_prompt"] == 300 and out["run"]["peak_running"] == 2
+    jl = tmp_path / "r.jsonl"
+    jl.write_text('{"usage": {"prompt_tokens": 50, "completion_tokens": 7}}\n\n{"input_tokens": 80, "output_tokens": 9}\n')
+    out = plan("llama-3.1-8b", "--gpu", "H100", "--requests-file", str(jl), "--burst", "--json")
+    assert out["workload"]["mean_prompt"] == 65 and out["workload"]["max_output"] == 9
+
+
+@pytest.mark.parametrize("args, says", [
+    (("--gpu", "H100"), "--prompt TOKENS and --output TOKENS"),
+    (("--gpu", "H100", "--prompt", "900-100", "--output", "5"), "runs backwards"),
+    (("--gpu", "H100", "--prompt", "100", "--output", "5", "--shared-prefix", "200"), "longer than the shortest prompt"),
+    (("--gpu", "H100", "--prompt", "100", "--output", "5", "--engine", "sglang"), "accepted: vllm"),
+    (("--gpu", "H100", "--prompt", "100", "--output", "5", "--tpot", "30ms"), "--tpot needs --users"),
+    (("--gpu", "H100", "--prompt", "100", "--output", "5", "--users", "3", "--tpot", "fast"), "is not a time"),
+    (("--gpu", "H100", "--prompt", "100", "--output", "5", "--bandwidth", "lots"), "is not a bandwidth"),
+    (("--gpu", "H100", "--prompt", "4000", "--output", "5", "--max-model-len", "2048"), "max_model_len is 2,048"),
+    (("--gpu", "T4", "--prompt", "100", "--output", "5"), "leave no KV memory"),
+    (("--gpu", "H100", "--requests-file", "/nonexistent.csv"), "no such file"),
+])
+def test_bad_input_is_one_line_and_exit_2(args, says):
+    err = plan("llama-3.1-8b", *args, code=2)
+    assert says in err
+
+
+def test_bad_request_files(tmp_path):
+    f = tmp_path / "bad.csv"
+    f.write_text("prompt,completion\n1,2\n")
+    assert "accepted names" in plan("llama-3.1-8b", "--gpu", "H100", "--requests-file", str(f), code=2)
+    f.write_text('{"prompt_tokens": "x", "output_tokens": 3}\n')
+    assert "not a whole number" in plan("llama-3.1-8b", "--gpu", "H100", "--requests-file", str(f), code=2)
+    f.write_text('{"prompt_tokens": 3, "output_tokens": 3}\n{oops\n')
+    assert "line 2 is not JSON" in plan("llama-3.1-8b", "--gpu", "H100", "--requests-file", str(f), code=2)
+
+
+def test_hybrid_and_sliding_layouts_plan_with_their_caveat():
+    out = plan("gpt-oss-20b", "--gpu", "H100", *SMALL, "--json")
+    assert out["pool"]["kv_groups"] >= 2
+    assert any("sliding-window / state groups" in a for a in out["assumptions"])
+
+
+def test_table_output_names_the_bound():
+    text = plan("llama-3.1-8b", "--gpu", "H100", *SMALL, "--users", "100")
+    assert "running at once" in text and "decode-step bound by batch" in text and "upper bounds" in text
+    text = plan("llama-3.1-8b", "--gpu", "24GB", *SMALL)
+    assert "--bandwidth" in text  # a bare size has no bandwidth: the speed side says what it needs
