@@ -7,6 +7,13 @@ deployment; top-level keys starting with `x-` are ignored, room for YAML anchors
     min_ctx        the context that must fit at min_batch (or 1) requests  (fit's max_ctx)
     min_kv_tokens  tokens the KV cache must hold  (fit's kv_capacity_tokens)
 
+A deployment may also state its traffic (the keys of `kvplan plan`: prompt, output, requests, shared_prefix, users,
+tpot); then ctx may be left out (the longest request), the mix is replayed through vLLM's scheduler, and two more
+requirements can be stated:
+
+    min_running    requests the replay must run at once (its median over the steady steps)
+    max_gpus       GPUs the fleet for `users` users (at `tpot`, when given) may need at most
+
 Every one given must hold; none given means one request of ctx tokens must fit. The figures of a deployment are
 `planner.fit_model(...).to_json()`, the very `fit --json` result entry for the same inputs (one code path).
 
@@ -63,7 +70,17 @@ GENERAL_KEYS: dict[str, str] = {
     "reserve": "reserve",
     "headroom": "headroom",
     "require_start": "bool",
+    # traffic (kvplan plan)
+    "prompt": "lengths",
+    "output": "lengths",
+    "requests": "count",
+    "shared_prefix": "tokens",
+    "users": "count",
+    "tpot": "time",
+    "min_running": "count",
+    "max_gpus": "count",
 }
+PLAN_KEYS = ("prompt", "output", "requests", "shared_prefix", "users", "tpot", "min_running", "max_gpus")
 # engine knobs: fit's flags with _ for -, typed by each engine's Knob.kind (each engine accepts only its own)
 KNOB_KEYS: dict[str, str] = {name: knob.kind for name, knob in engines.all_knobs().items()}
 KEYS: dict[str, str] = {**GENERAL_KEYS, **KNOB_KEYS}
@@ -82,6 +99,8 @@ _EXPECTED = {
     "reserve": "a size such as 1.5GiB, or 0",
     "bool": "true or false",
     "dtype": "auto or a dtype name such as fp32 or bf16",
+    "lengths": "a token count such as 1000, or a range such as 500-3000",
+    "time": "a time such as 30ms or 0.05s",
 }
 _STRING_WHAT = {
     "name": "a deployment name",
@@ -91,6 +110,7 @@ _STRING_WHAT = {
     "revision": "a revision (branch, tag or commit)",
 }
 
+NO_FLEET = 1 << 40  # max_gpus's achievable figure when no instance meets the target (never met)
 _TAG = "tag:yaml.org,2002:"
 _CONSTRUCTOR = yaml.constructor.SafeConstructor()
 
@@ -149,10 +169,11 @@ class Requirement:
     unit: str
     at: int | None = None  # the ctx (min_batch) or the batch (min_ctx) it is measured at
     implicit: bool = False  # no requirement given: one request of ctx must fit
+    upper: bool = False  # a ceiling (max_gpus): the achievable figure must not exceed the value
 
     @property
     def margin(self) -> int:
-        return self.achievable - self.value
+        return self.value - self.achievable if self.upper else self.achievable - self.value
 
     @property
     def passed(self) -> bool:
@@ -183,10 +204,17 @@ class Requirement:
             got = f"{a} request{'s' if self.achievable != 1 else ''} of {fmt_int(self.at)} tokens fit"
         elif self.kind == "min_ctx":
             what, got = f"min_ctx {v}", f"max ctx {a} at batch {fmt_int(self.at)}"
+        elif self.kind == "min_running":
+            what, got = f"min_running {v}", f"{a} requests run at once (median of the replay)"
+        elif self.kind == "max_gpus":
+            what, got = f"max_gpus {v}", (f"the fleet needs {a} GPUs" if self.achievable < NO_FLEET
+                                          else "no fleet meets the target")
         else:
             what, got = f"min_kv_tokens {v}", f"KV capacity {a} tokens"
         if self.passed:
             return f"{what} met: {got} (margin {self.margin:+,})"
+        if self.kind == "max_gpus" and self.achievable >= NO_FLEET:
+            return f"{what} not met: {got}"
         unit = self.unit[:-1] if self.margin == -1 else self.unit
         return f"{what} not met: {got} (short by {-self.margin:,} {unit})"
 
@@ -412,6 +440,18 @@ def convert(node: Node, key: str, kind: str) -> Any:
             raise _Bad(f"{key}: no value; expected {_STRING_WHAT.get(key, expected)}")
         raise _Bad(f"{key}: {text} is read by YAML as {_read_as(node)}, not a string; "
                    f"quote it if you mean the text: {key}: \"{text}\"")
+    if kind == "lengths":
+        if k not in ("str", "int") or (k == "int" and not _plain(node)):
+            raise _Bad(f"{key}: expected {expected}, got {text!r}")
+        from kvplan.workload import parse_lengths
+
+        return _user_error(lambda: parse_lengths(text, key).canonical)
+    if kind == "time":
+        if k not in ("str", "int", "float"):
+            raise _Bad(f"{key}: expected {expected}, got {text!r}")
+        from kvplan.units import parse_seconds
+
+        return _user_error(lambda: parse_seconds(text, key))
     if kind == "dtype":
         if k != "str" or not text.strip():
             raise _Bad(f"{key}: expected {expected}, got {text!r}")
@@ -610,7 +650,11 @@ class _FileParser:
 
         label = f"deployment {dep.get('name')!r}" if dep.get("name") else f"deployment #{dep.index}"
         missing = [k for k in REQUIRED if k not in dep.present]
-        if not {"ctx", "min_ctx"} & dep.present:
+        traffic = set(PLAN_KEYS) & dep.present
+        if traffic:
+            missing += [k for k in ("prompt", "output") if k not in dep.present]
+            missing += [f"users (for {k})" for k in ("tpot", "max_gpus") if k in dep.present and "users" not in dep.present]
+        elif not {"ctx", "min_ctx"} & dep.present:
             missing.append("ctx")
         if missing:
             self.problem(node, f"{label}: missing {', '.join(missing)}"
@@ -623,6 +667,9 @@ class _FileParser:
         except InputError as e:
             if f is not None:
                 self.at(f, f"engine: {e}", dep)
+        if engine_name is not None and traffic and engine_name != "vllm":
+            self.at(f or dep.fields[sorted(traffic)[0]], f"traffic keys ({', '.join(sorted(traffic))}) are replayed "
+                    f"through vLLM's scheduler; engine {engine_name} is not modelled yet (accepted: vllm)", dep)
         if engine_name is not None:
             accepted = engines.REGISTRY[engine_name].ENGINE.knobs
             for key in KNOB_KEYS:
@@ -758,11 +805,24 @@ def _solve(dep: Deployment, res: _Resolver, report: FileReport) -> DeploymentRes
         return None
 
     min_batch, min_ctx, min_kv = (dep.get(k) for k in REQUIREMENT_KEYS)
-    ctx = dep.get("ctx") or min_ctx
-    batch = min_batch or 1
     knobs = {k: dep.get(k) for k in KNOB_KEYS if k in dep.fields}
     eo = EngineOptions(dep.get("engine"), dep.get("kv_dtype"), dep.get("k_dtype"), dep.get("v_dtype"),
                        dep.get("state_dtype"), dep.get("weight_dtype"), 1, 1, knobs)
+    traffic = None
+    if dep.get("prompt") is not None:
+        from kvplan import serving, workload
+
+        try:
+            work = workload.sampled(dep.get("requests") or 1000, workload.parse_lengths(dep.get("prompt"), "prompt"),
+                                    workload.parse_lengths(dep.get("output"), "output"), dep.get("shared_prefix") or 0)
+            traffic = serving.plan(res.model_options(dep.get("model"), dep.get("revision")), eo, sel, work,
+                                   users=dep.get("users"), tpot=dep.get("tpot"), kv_budget=dep.get("kv_budget"),
+                                   reserve=dep.get("reserve"), tp=dep.get("tp"), pp=dep.get("pp"))
+        except KvplanError as e:
+            fail(None, f"deployment {dep.name!r}: {e}")
+            return None
+    ctx = dep.get("ctx") or min_ctx or (traffic.workload.longest if traffic is not None else None)
+    batch = min_batch or 1
     try:
         r = planner.fit_model(res.model_options(dep.get("model"), dep.get("revision")), eo, sel, ctx, batch,
                               kv_budget=dep.get("kv_budget"), reserve=dep.get("reserve"), frontier=True,
@@ -771,11 +831,26 @@ def _solve(dep: Deployment, res: _Resolver, report: FileReport) -> DeploymentRes
         fail(None, f"deployment {dep.name!r}: {e}")
         return None
     tp, pp, _ = planner.parallelism(sel, dep.get("tp"), dep.get("pp"))
-    return _judge(dep, r, sel, tp, pp, ctx, batch)
+    return _judge(dep, r, sel, tp, pp, ctx, batch, traffic)
 
 
-def _judge(dep: Deployment, r: Any, sel: Any, tp: int, pp: int, ctx: int, batch: int) -> DeploymentResult:
+def _traffic_requirements(dep: Deployment, traffic: Any) -> list[Requirement]:
+    out = []
+    if dep.get("min_running") is not None:
+        out.append(Requirement("min_running", dep.get("min_running"), traffic.run.p50_running, "requests"))
+    if dep.get("max_gpus") is not None:
+        gpus = (traffic.fleet or {}).get("gpus")
+        out.append(Requirement("max_gpus", dep.get("max_gpus"), gpus if gpus is not None else NO_FLEET, "GPUs",
+                               upper=True))
+    return out
+
+
+def _judge(dep: Deployment, r: Any, sel: Any, tp: int, pp: int, ctx: int, batch: int,
+           traffic: Any = None) -> DeploymentResult:
     figures = r.to_json()
+    if traffic is not None:
+        plan_json = traffic.to_json()
+        figures["plan"] = {k: plan_json[k] for k in ("workload", "mode", "users", "pool", "run", "speed", "fleet")}
     model_max = r.setup.max_ctx
     min_batch, min_ctx, min_kv = (dep.get(k) for k in REQUIREMENT_KEYS)
     reqs: list[Requirement] = []
@@ -794,6 +869,8 @@ def _judge(dep: Deployment, r: Any, sel: Any, tp: int, pp: int, ctx: int, batch:
             reqs.append(Requirement("min_ctx", min_ctx, r.max_ctx, "tokens", at=batch))
         if min_kv is not None:
             reqs.append(Requirement("min_kv_tokens", min_kv, r.capacity.kv_capacity_tokens or 0, "tokens"))
+        if traffic is not None:
+            reqs.extend(_traffic_requirements(dep, traffic))
         if not reqs:
             reqs.append(Requirement("min_batch", 1, r.max_batch, "requests", at=r.ctx, implicit=True))
         binding = min(reqs, key=lambda q: q.relative)  # the smallest relative margin (first on ties)

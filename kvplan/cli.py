@@ -67,23 +67,23 @@ def _root(
 
 # ---------------------------------------------------------------------------------------------- shared options
 _ENGINE_HELP = ", ".join(f"{n} (default)" if n == engines.DEFAULT_ENGINE else n for n in engines.names())
-Engine = Annotated[Optional[str], typer.Option("--engine", "-e", help=f"{_ENGINE_HELP}; optionally name@version")]
-KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", help="auto (default), fp16, bf16, fp32, fp8 (fp8_e4m3), fp8_e5m2, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl")]
-KDtype = Annotated[Optional[str], typer.Option("--k-dtype", help="K cache dtype (overrides --kv-dtype for K)")]
-VDtype = Annotated[Optional[str], typer.Option("--v-dtype", help="V cache dtype (overrides --kv-dtype for V)")]
-StateDtype = Annotated[Optional[str], typer.Option("--state-dtype", help="Mamba/linear-attention state dtype (engine default otherwise)")]
-WeightDtype = Annotated[Optional[str], typer.Option("--weight-dtype", help="fp32, fp16, bf16, fp8, int8, int4 (default: the checkpoint's)")]
-Tp = Annotated[str, typer.Option("--tp", help="tensor-parallel GPUs")]
-Pp = Annotated[str, typer.Option("--pp", help="pipeline-parallel stages")]
-EncoderLen = Annotated[Optional[str], typer.Option("--encoder-len", help="encoder positions for cross attention (T5 default n_positions, Whisper 1500)")]
-Mmproj = Annotated[Optional[str], typer.Option("--mmproj", help="GGUF vision projector (llama.cpp --mmproj): a .gguf path or org/name:file.gguf; its bytes join the weights")]
+Engine = Annotated[Optional[str], typer.Option("--engine", "-e", metavar="ENGINE", help=f"{_ENGINE_HELP}; optionally name@version")]
+KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", metavar="DTYPE", help="auto (default), fp16, bf16, fp32, fp8 (fp8_e4m3), fp8_e5m2, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl")]
+KDtype = Annotated[Optional[str], typer.Option("--k-dtype", metavar="DTYPE", help="K cache dtype (overrides --kv-dtype for K)")]
+VDtype = Annotated[Optional[str], typer.Option("--v-dtype", metavar="DTYPE", help="V cache dtype (overrides --kv-dtype for V)")]
+StateDtype = Annotated[Optional[str], typer.Option("--state-dtype", metavar="DTYPE", help="Mamba/linear-attention state dtype (engine default otherwise)")]
+WeightDtype = Annotated[Optional[str], typer.Option("--weight-dtype", metavar="DTYPE", help="fp32, fp16, bf16, fp8, int8, int4 (default: the checkpoint's)")]
+Tp = Annotated[str, typer.Option("--tp", metavar="N", help="tensor-parallel GPUs")]
+Pp = Annotated[str, typer.Option("--pp", metavar="N", help="pipeline-parallel stages")]
+EncoderLen = Annotated[Optional[str], typer.Option("--encoder-len", metavar="TOKENS", help="encoder positions for cross attention (T5 default n_positions, Whisper 1500)")]
+Mmproj = Annotated[Optional[str], typer.Option("--mmproj", metavar="GGUF", help="GGUF vision projector (llama.cpp --mmproj): a .gguf path or org/name:file.gguf; its bytes join the weights")]
 Json = Annotated[bool, typer.Option("--json", help="print one JSON object (CONTRACTS.md keys) instead of tables")]
-Revision = Annotated[Optional[str], typer.Option("--revision", help="Hub revision (branch, tag or commit)")]
+Revision = Annotated[Optional[str], typer.Option("--revision", metavar="REV", help="Hub revision (branch, tag or commit)")]
 Offline = Annotated[bool, typer.Option("--offline", help="never touch the network: bundled catalog and HF cache only")]
 Refresh = Annotated[bool, typer.Option("--refresh", help="ask the Hub even for bundled or cached models")]
 Hub = Annotated[bool, typer.Option("--hub", help="resolve a bundled Hub id on the Hub instead of the bundled file")]
-Token = Annotated[Optional[str], typer.Option("--token", help="Hugging Face token (default: HF_TOKEN or the stored login)")]
-Timeout = Annotated[Optional[float], typer.Option("--timeout", help="seconds to wait for the Hub per lookup (default 10, env KVPLAN_HUB_TIMEOUT)")]
+Token = Annotated[Optional[str], typer.Option("--token", metavar="TOKEN", help="Hugging Face token (default: HF_TOKEN or the stored login)")]
+Timeout = Annotated[Optional[float], typer.Option("--timeout", metavar="SECONDS", help="seconds to wait for the Hub per lookup (default 10, env KVPLAN_HUB_TIMEOUT)")]
 # engine knobs (each engine accepts only its own; engines/*.py KNOBS declare them, a test keeps these flags equal
 # to that table both ways). Values are read as text and parsed by the knob's kind (Knob.parse), so every command
 # gives the same one-line error for a bad value.
@@ -178,8 +178,8 @@ def _print_json(data: Any) -> None:
 @app.command(help="KV cache per token and for batch x ctx, weights and the total, exactly.")
 def size(
     model: Annotated[str, typer.Argument(metavar="MODEL", help="alias (kvplan models), Hub id org/name, a path to config.json or a .gguf, or org/name:file.gguf")],
-    ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", help="tokens per sequence: 4096, 32k, 1M (default: the model maximum)")] = None,
-    batch: Annotated[str, typer.Option("--batch", "-b", help="concurrent sequences")] = "1",
+    ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", metavar="TOKENS", help="tokens per sequence: 4096, 32k, 1M (default: the model maximum)")] = None,
+    batch: Annotated[str, typer.Option("--batch", "-b", metavar="N", help="concurrent sequences")] = "1",
     engine: Engine = None, kv_dtype: KvDtype = None, k_dtype: KDtype = None, v_dtype: VDtype = None,
     state_dtype: StateDtype = None, weight_dtype: WeightDtype = None, tp: Tp = "1", pp: Pp = "1",
     encoder_len: EncoderLen = None, mmproj: Mmproj = None,
@@ -213,18 +213,18 @@ def size(
 # ---------------------------------------------------------------------------------------------- fit
 @app.command(help="What fits on a GPU: max batch at a context, max context at a batch, the frontier; or the whole catalog.")
 def fit(
-    gpu: Annotated[str, typer.Option("--gpu", "-g", help="catalog name (kvplan gpus), a size such as 24GB, or NxGPU such as 8xH100")],
-    model: Annotated[Optional[str], typer.Option("--model", "-m", help="one model (alias, Hub id or path); default: the whole bundled catalog")] = None,
-    ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", help="tokens per request for max batch (default 4096 for the catalog, 4096 or the model max for one model)")] = None,
-    batch: Annotated[str, typer.Option("--batch", "-b", help="requests for max ctx")] = "1",
+    gpu: Annotated[str, typer.Option("--gpu", "-g", metavar="GPU", help="catalog name (kvplan gpus), a size such as 24GB, or NxGPU such as 8xH100")],
+    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", help="one model (alias, Hub id or path); default: the whole bundled catalog")] = None,
+    ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", metavar="TOKENS", help="tokens per request for max batch (default 4096 for the catalog, 4096 or the model max for one model)")] = None,
+    batch: Annotated[str, typer.Option("--batch", "-b", metavar="N", help="requests for max ctx")] = "1",
     engine: Engine = None, kv_dtype: KvDtype = None, k_dtype: KDtype = None, v_dtype: VDtype = None,
     state_dtype: StateDtype = None, weight_dtype: WeightDtype = None,
-    tp: Annotated[Optional[str], typer.Option("--tp", help="tensor-parallel GPUs (default: all GPUs of NxGPU)")] = None,
-    pp: Annotated[Optional[str], typer.Option("--pp", help="pipeline-parallel stages")] = None,
+    tp: Annotated[Optional[str], typer.Option("--tp", metavar="N", help="tensor-parallel GPUs (default: all GPUs of NxGPU)")] = None,
+    pp: Annotated[Optional[str], typer.Option("--pp", metavar="N", help="pipeline-parallel stages")] = None,
     mmproj: Mmproj = None,
-    kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB")] = None,
-    reserve: Annotated[Optional[str], typer.Option("--reserve", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB")] = None,
-    headroom: Annotated[Optional[str], typer.Option("--headroom", help="share of the KV budget held back before solving, e.g. 10%")] = None,
+    kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", metavar="SIZE", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB")] = None,
+    reserve: Annotated[Optional[str], typer.Option("--reserve", metavar="SIZE", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB")] = None,
+    headroom: Annotated[Optional[str], typer.Option("--headroom", metavar="FRACTION", help="share of the KV budget held back before solving, e.g. 10%")] = None,
     gpu_memory_utilization: GpuMemUtil = None, max_num_seqs: MaxNumSeqs = None, max_model_len: MaxModelLen = None,
     mem_fraction_static: MemFractionStatic = None, max_total_tokens: MaxTotalTokens = None,
     max_running_requests: MaxRunningRequests = None, context_length: ContextLength = None,
@@ -288,7 +288,7 @@ def _parse_reserve(text: str | None) -> int | None:
                   "Example: kvplan plan llama-3.1-8b --gpu H100 --prompt 500-3000 --output 100-800 --users 2000 --tpot 30ms")
 def plan(
     model: Annotated[str, typer.Argument(metavar="MODEL", help="alias (kvplan models), Hub id org/name, or a path to config.json")],
-    gpu: Annotated[str, typer.Option("--gpu", "-g", help="catalog name (kvplan gpus), a size such as 24GB, or NxGPU such as 8xH100")],
+    gpu: Annotated[str, typer.Option("--gpu", "-g", metavar="GPU", help="catalog name (kvplan gpus), a size such as 24GB, or NxGPU such as 8xH100")],
     prompt: Annotated[Optional[str], typer.Option("--prompt", metavar="TOKENS", help="prompt length: 1000, or a range 500-3000 (uniform)")] = None,
     output: Annotated[Optional[str], typer.Option("--output", metavar="TOKENS", help="output length: 300, or a range 100-800 (uniform)")] = None,
     requests_file: Annotated[Optional[str], typer.Option("--requests-file", metavar="FILE", help="real request lengths: CSV with a header or JSONL (prompt_tokens/input_tokens, output_tokens/completion_tokens; OpenAI usage objects)")] = None,
@@ -299,10 +299,10 @@ def plan(
     bandwidth: Annotated[Optional[str], typer.Option("--bandwidth", metavar="GB/S", help="memory bandwidth of one GPU in GB/s (default: the catalog's)")] = None,
     burst: Annotated[bool, typer.Option("--burst", help="every request arrives at once (a benchmark run) instead of a closed loop")] = False,
     engine: Engine = None, kv_dtype: KvDtype = None, weight_dtype: WeightDtype = None,
-    tp: Annotated[Optional[str], typer.Option("--tp", help="tensor-parallel GPUs (default: all GPUs of NxGPU)")] = None,
-    pp: Annotated[Optional[str], typer.Option("--pp", help="pipeline-parallel stages")] = None,
-    kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB")] = None,
-    reserve: Annotated[Optional[str], typer.Option("--reserve", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB")] = None,
+    tp: Annotated[Optional[str], typer.Option("--tp", metavar="N", help="tensor-parallel GPUs (default: all GPUs of NxGPU)")] = None,
+    pp: Annotated[Optional[str], typer.Option("--pp", metavar="N", help="pipeline-parallel stages")] = None,
+    kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", metavar="SIZE", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB")] = None,
+    reserve: Annotated[Optional[str], typer.Option("--reserve", metavar="SIZE", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB")] = None,
     gpu_memory_utilization: GpuMemUtil = None, max_num_seqs: MaxNumSeqs = None, max_model_len: MaxModelLen = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None,
     enable_prefix_caching: PrefixCaching = None,
@@ -391,9 +391,9 @@ def check(
 # ---------------------------------------------------------------------------------------------- models, gpus
 @app.command(help="List the bundled catalog (every alias and its Hub id), or search it (--search, --hub for the Hub).")
 def models(
-    search: Annotated[Optional[str], typer.Option("--search", "-s", help="text to look for in aliases and Hub ids")] = None,
+    search: Annotated[Optional[str], typer.Option("--search", "-s", metavar="TEXT", help="text to look for in aliases and Hub ids")] = None,
     hub: Annotated[bool, typer.Option("--hub", help="with --search: search the Hub's model list instead")] = False,
-    limit: Annotated[int, typer.Option("--limit", help="most Hub results")] = 20,
+    limit: Annotated[int, typer.Option("--limit", metavar="N", help="most Hub results")] = 20,
     json_out: Json = False, token: Token = None, timeout: Timeout = None,
 ) -> None:
     from kvplan import render
@@ -420,7 +420,7 @@ def models(
 @app.command(help="Cache configs and safetensors headers of Hub models so later runs (and CI) work --offline.")
 def pull(
     models: Annotated[list[str], typer.Argument(help="Hub ids (org/name) or aliases")],
-    to: Annotated[Optional[str], typer.Option("--to", help="also write a catalog folder (model_configs layout) here")] = None,
+    to: Annotated[Optional[str], typer.Option("--to", metavar="DIR", help="also write a catalog folder (model_configs layout) here")] = None,
     revision: Revision = None, token: Token = None, timeout: Timeout = None, json_out: Json = False,
 ) -> None:
     from kvplan import hub as hub_mod
@@ -467,15 +467,15 @@ def gpus(
                   "Exit 1 when a check fails. Needs torch: pip install \"kvplan[verify]\".")
 def verify(
     model: Annotated[str, typer.Argument(metavar="MODEL", help="alias (kvplan models), Hub id org/name, or a path to config.json")],
-    ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", help="tokens per sequence (default: the model maximum; with --fit: search the largest ctx at --batch)")] = None,
-    batch: Annotated[str, typer.Option("--batch", "-b", help="concurrent sequences")] = "1",
-    device: Annotated[str, typer.Option("--device", help="auto (CUDA when torch sees one, else CPU), cpu, cuda, cuda:N; with --with-model also runs a real forward there")] = "auto",
+    ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", metavar="TOKENS", help="tokens per sequence (default: the model maximum; with --fit: search the largest ctx at --batch)")] = None,
+    batch: Annotated[str, typer.Option("--batch", "-b", metavar="N", help="concurrent sequences")] = "1",
+    device: Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto (CUDA when torch sees one, else CPU), cpu, cuda, cuda:N; with --with-model also runs a real forward there")] = "auto",
     fit_check: Annotated[bool, typer.Option("--fit", help="find the largest batch at --ctx (or the largest ctx at --batch) that really allocates within the engine budget, beside the prediction")] = False,
-    memory_limit: Annotated[Optional[str], typer.Option("--memory-limit", help="memory for weights + KV (e.g. 16GiB); KV budget = limit - predicted weights. Required for --fit on CPU")] = None,
+    memory_limit: Annotated[Optional[str], typer.Option("--memory-limit", metavar="SIZE", help="memory for weights + KV (e.g. 16GiB); KV budget = limit - predicted weights. Required for --fit on CPU")] = None,
     with_model: Annotated[bool, typer.Option("--with-model", help="run transformers' model code for the config (meta device; a scaled real forward with --device) and compare its cache with the hf layout")] = False,
     rss: Annotated[bool, typer.Option("--rss/--no-rss", help="CPU: touch tensors of >= 1 MiB in a fresh process and check its RSS growth")] = True,
     run_engine: Annotated[Optional[str], typer.Option("--run", metavar="ENGINE", help="start the installed engine on this machine and compare what it sizes with kvplan (exit 1 on a difference): vllm (the model's config, dummy weights: KV tokens, blocks, concurrency; KVPLAN_VLLM_PYTHON picks the Python that has vLLM) or llamacpp (a local .gguf with -np --batch -c batch*ctx: every cache size line)")] = None,
-    kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", help="with --run on CPU: the KV budget handed to vLLM's CPU build, whole GiB (default 1GiB)")] = None,
+    kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", metavar="SIZE", help="with --run on CPU: the KV budget handed to vLLM's CPU build, whole GiB (default 1GiB)")] = None,
     engine: Engine = None, kv_dtype: KvDtype = None, k_dtype: KDtype = None, v_dtype: VDtype = None,
     state_dtype: StateDtype = None, weight_dtype: WeightDtype = None, tp: Tp = "1", pp: Pp = "1",
     encoder_len: EncoderLen = None,

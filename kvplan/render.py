@@ -211,6 +211,12 @@ def _check_cells(q: Any) -> tuple[str, str, str]:
                 f"{q.margin:+,} requests")
     if q.kind == "min_ctx":
         return f"ctx {v} @ batch {fmt_int(q.at)}", f"ctx {a}", f"{q.margin:+,} tokens"
+    if q.kind == "min_running":
+        return f"{v} running at once", f"{a} running", f"{q.margin:+,} requests"
+    if q.kind == "max_gpus":
+        if not q.passed and q.achievable >= (1 << 40):
+            return f"at most {v} GPUs", "target not met", "-"
+        return f"at most {v} GPUs", f"{a} GPUs", f"{q.margin:+,} GPUs"
     return f"{v} KV tokens", f"{a} tokens", f"{q.margin:+,} tokens"
 
 

@@ -33,6 +33,11 @@ class Lengths:
     def label(self) -> str:
         return f"{self.low:,}" if self.low == self.high else f"{self.low:,}-{self.high:,}"
 
+    @property
+    def canonical(self) -> str:
+        """As parse_lengths reads it back (the form check stores)."""
+        return str(self.low) if self.low == self.high else f"{self.low}-{self.high}"
+
 
 def parse_lengths(text: str, flag: str, *, minimum: int = 1) -> Lengths:
     """`512`, `2k`, or a range `512-4096` / `1k-8k` (uniform, both ends included)."""

@@ -160,7 +160,8 @@ def flags_case(rng: random.Random) -> Case:
 
 
 CHECK_KEYS = ("name", "model", "gpu", "ctx", "batch", "min_batch", "engine", "kv_dtype", "tp", "pp", "headroom",
-              "gpu_memory_utilization", "max_num_seqs", "block_size", "kv_budget", "max_ctx", "bogus")
+              "gpu_memory_utilization", "max_num_seqs", "block_size", "kv_budget", "max_ctx", "bogus",
+              "prompt", "output", "users", "tpot", "min_running", "max_gpus", "shared_prefix")
 
 
 def _yaml_scalar(rng: random.Random) -> str:

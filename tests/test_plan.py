@@ -147,3 +147,62 @@ def test_table_output_names_the_bound():
     assert "running at once" in text and "decode-step bound by batch" in text and "upper bounds" in text
     text = plan("llama-3.1-8b", "--gpu", "24GB", *SMALL)
     assert "--bandwidth" in text  # a bare size has no bandwidth: the speed side says what it needs
+
+
+# ---------------------------------------------------------------------------------------------- check keys
+CHECK = """\
+defaults:
+  gpu: H100
+  model: llama-3.1-8b
+  prompt: 500-3000
+  output: 100-800
+deployments:
+  - name: big
+    users: 2000
+    tpot: 30ms
+    min_running: 150
+    max_gpus: {max_gpus}
+  - name: small
+    requests: 300
+    users: 200
+    min_running: 150
+"""
+
+
+def _check(tmp_path, text: str):
+    f = tmp_path / "kvplan.yaml"
+    f.write_text(text)
+    return run_cli("check", str(f), "--json")
+
+
+def test_check_gates_on_the_same_figures_plan_prints(tmp_path):
+    planned = plan("llama-3.1-8b", "--gpu", "H100", "--prompt", "500-3000", "--output", "100-800", "--users", "2000",
+                   "--tpot", "30ms", "--json")
+    need = planned["fleet"]["gpus"]
+    ok = _check(tmp_path, CHECK.format(max_gpus=need))
+    assert ok.code == 0, ok.err
+    big = ok.json()["deployments"][0]
+    assert big["figures"]["plan"]["fleet"] == planned["fleet"] and big["figures"]["plan"]["run"] == planned["run"]
+    kinds = {r["kind"]: r for r in big["requirements"]}
+    assert kinds["min_running"]["achievable"] == planned["run"]["p50_running"]
+    assert kinds["max_gpus"]["margin"] == {"value": 0, "unit": "GPUs"}
+    short = _check(tmp_path, CHECK.format(max_gpus=need - 1))
+    assert short.code == 1 and "max_gpus" in short.json()["deployments"][0]["reason"]
+    Draft202012Validator(schema("check")).validate(short.json())
+
+
+@pytest.mark.parametrize("text, says", [
+    ("deployments:\n  - {name: a, gpu: H100, model: llama-3.1-8b, prompt: 100}\n", "missing output"),
+    ("deployments:\n  - {name: a, gpu: H100, model: llama-3.1-8b, prompt: 100, output: 5, tpot: 30ms}\n",
+     "missing users (for tpot)"),
+    ("deployments:\n  - {name: a, gpu: H100, model: llama-3.1-8b, prompt: 900-100, output: 5}\n", "runs backwards"),
+    ("deployments:\n  - {name: a, gpu: H100, model: llama-3.1-8b, prompt: 100, output: 5, users: 3, tpot: soon}\n",
+     "is not a time"),
+    ("deployments:\n  - {name: a, gpu: H100, model: llama-3.1-8b, prompt: 100, output: 5, engine: sglang}\n",
+     "accepted: vllm"),
+])
+def test_check_traffic_keys_refuse_bad_values_with_their_line(tmp_path, text, says):
+    r = _check(tmp_path, text)
+    assert r.code == 2
+    problems = r.json()["problems"]
+    assert any(says in p["message"] and p["line"] == 2 for p in problems), problems
