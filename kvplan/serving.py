@@ -373,3 +373,16 @@ def _fleet(need: int, tpot: float | None, run: RunStats, speed: SpeedModel | Non
             "users_per_instance_speed": by_speed, "users_per_instance": per_instance,
             "gpus_per_instance": gpus_per_instance, "instances": instances,
             "gpus": instances * gpus_per_instance if instances else None}
+
+
+def decode_bound(setup, batch: int, context: int, bandwidth: int, *, weight_bytes: int | None = None) -> SpeedRow:
+    """The decode-step bound for `batch` requests each holding `context` tokens (no block rounding: the tokens
+    attention reads), on one GPU of the limiting stage. weight_bytes: the weights as a source states them (a GGUF
+    file) instead of kvplan's count."""
+    stage = setup.prepared.limiting_stage(max(1, context))
+    speed = speed_model(setup, stage, bandwidth, "", 0)
+    if weight_bytes is not None:
+        speed = replace(speed, weight_bytes=weight_bytes, expert_bytes=())
+    per_token = setup.prepared.plan(max(1, context), 1, stage).kv_bytes_per_token
+    cache = batch * per_token * context
+    return SpeedRow(batch, speed.weight_read(batch), cache, speed.step_seconds(batch, cache))
