@@ -162,6 +162,9 @@ def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, use
     step = 0
 
     linear = [g.tokens_per_block for g in groups]
+    single = len(groups) == 1 and linear[0] > 0
+    per0 = linear[0]
+    bs0 = groups[0].block_size
 
     def needed(r: _Req, tokens: int, group: int) -> int:
         per = linear[group]
@@ -217,31 +220,46 @@ def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, use
         scheduled: list[tuple[_Req, int]] = []
         preempted = False
         i = 0
+        free_q = pool.free
         while i < len(running) and budget > 0:
             r = running[i]
-            n = min(r.num_tokens - r.computed, budget, settings.max_model_len - r.computed - 1)
+            n = r.num_tokens - r.computed
+            if n > budget:
+                n = budget
+            if n > settings.max_model_len - r.computed - 1:
+                n = settings.max_model_len - r.computed - 1
             if n <= 0:
                 i += 1
                 continue
+            end = r.computed + n
+            if single:  # one full-attention group (the common case): the same rule, inlined
+                need = -(-end // per0) - len(r.blocks[0])
+                wants = [need if need > 0 else 0]
+            else:
+                wants = [needed(r, end, g) for g in range(len(groups))]
             ok = False
             while True:
-                need = sum([needed(r, r.computed + n, g) for g in range(len(groups))])
-                if need <= pool.num_free():
+                if sum(wants) <= len(free_q):
                     ok = True
                     break
                 victim = running.pop()
                 free(victim)
+                free_q = pool.free
                 victim.computed = 0
                 waiting.appendleft(victim)
                 trace.preemptions.append((step, victim.index))
                 preempted = True
                 if victim is r:
                     break
+                if not single:
+                    wants = [needed(r, end, g) for g in range(len(groups))]
             if not ok:
                 break
-            for g in range(len(groups)):
-                r.blocks[g] += pool.take(needed(r, r.computed + n, g))
-            cache(r, min(r.computed + n, r.num_tokens))
+            for g, w in enumerate(wants):
+                if w:
+                    r.blocks[g] += pool.take(w)
+            if prefix_on and (not single or end // bs0 > r.cached_blocks[0]):
+                cache(r, end if end < r.num_tokens else r.num_tokens)
             scheduled.append((r, n))
             budget -= n
             i += 1
@@ -285,7 +303,8 @@ def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, use
                 r.num_tokens += 1
                 r.generated += 1
                 trace.first_token_at.setdefault(r.index, step)
-                cache(r, r.computed)
+                if prefix_on and (not single or r.computed // bs0 > r.cached_blocks[0]):
+                    cache(r, r.computed)
                 if r.generated >= r.spec.output:
                     done.append(r)
         for r in done:
