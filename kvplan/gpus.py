@@ -58,6 +58,8 @@ class Gpu:
     marketing_gb: float | None
     source: str
     cuda_total_source: str = ""
+    tflops: tuple[tuple[str, float], ...] = ()  # dense tensor TFLOPS by dtype (bf16 / fp16 / fp8), as the catalog cites
+    tflops_source: str = ""
 
     def to_json(self) -> dict:
         """One catalog row, for `kvplan gpus --json`."""
@@ -73,6 +75,8 @@ class Gpu:
             "bandwidth_gbps": self.bandwidth_gbps,
             "marketing_gb": self.marketing_gb,
             "source": self.source,
+            "tflops": dict(self.tflops),
+            "tflops_source": self.tflops_source,
         }
 
 
@@ -123,11 +127,14 @@ def _gpu_from_entry(entry: dict) -> Gpu:
         vendor=entry["vendor"],
         nvml_bytes=nvml,
         cuda_total_bytes=measured if measured is not None else estimate_cuda_total(nvml),
-        cuda_total_estimated=measured is None,
+        cuda_total_estimated=measured is None or bool(entry.get("cuda_total_estimated")),
         bandwidth_gbps=entry.get("bandwidth_gbps"),
         marketing_gb=entry.get("marketing_gb"),
         source=entry.get("source", ""),
         cuda_total_source=entry.get("cuda_total_source") or f"estimated: {ESTIMATE_RULE}",
+        tflops=tuple((k[len("tflops_"):], float(entry[k])) for k in ("tflops_bf16", "tflops_fp16", "tflops_fp8")
+                     if entry.get(k) is not None),
+        tflops_source=entry.get("tflops_source", ""),
     )
 
 
