@@ -296,6 +296,7 @@ def plan(
     shared_prefix: Annotated[Optional[str], typer.Option("--shared-prefix", metavar="TOKENS", help="leading prompt tokens every request shares (a system prompt), cached once with prefix caching")] = None,
     users: Annotated[Optional[str], typer.Option("--users", "-u", metavar="N", help="concurrent users to serve (closed loop); sizes the fleet")] = None,
     tpot: Annotated[Optional[str], typer.Option("--tpot", metavar="TIME", help="target time per output token: 30ms, 0.05s (needs --users)")] = None,
+    ttft: Annotated[Optional[str], typer.Option("--ttft", metavar="TIME", help="target time to first token: 500ms, 2s (needs --users; checked against the longest prompt's prefill bound)")] = None,
     bandwidth: Annotated[Optional[str], typer.Option("--bandwidth", metavar="GB/S", help="memory bandwidth of one GPU in GB/s (default: the catalog's)")] = None,
     burst: Annotated[bool, typer.Option("--burst", help="every request arrives at once (a benchmark run) instead of a closed loop")] = False,
     engine: Engine = None, kv_dtype: KvDtype = None, weight_dtype: WeightDtype = None,
@@ -333,7 +334,7 @@ def plan(
                          weight_dtype=weight_dtype, tp="1", pp="1", knobs=knobs)
     report = serving.plan(
         mo, eo, selection, work, users=parse_count(users, "--users") if users else None,
-        tpot=parse_seconds(tpot, "--tpot") if tpot else None,
+        tpot=parse_seconds(tpot, "--tpot") if tpot else None, ttft=parse_seconds(ttft, "--ttft") if ttft else None,
         bandwidth=parse_bandwidth(bandwidth, "--bandwidth") if bandwidth else None,
         kv_budget=parse_bytes(kv_budget, "--kv-budget") if kv_budget else None, reserve=_parse_reserve(reserve),
         tp=parse_count(tp, "--tp") if tp else None, pp=parse_count(pp, "--pp") if pp else None, burst=burst,

@@ -540,6 +540,14 @@ def plan_view(p: Any) -> Group:
     if p.step_bound:
         head.add_row("decode bound", f"{p.step_bound * 1e3:.2f} ms per step at the median batch: "
                      f"<= {1 / p.step_bound:,.1f} tokens/s per request")
+    if p.prefill is not None and p.speed is not None:
+        pj = p.prefill.to_json(p.speed, 0, 1)
+        from kvplan.serving import _computed_max, _computed_mean
+
+        mean_s = p.prefill.seconds(round(_computed_mean(p.workload, p.pool)), p.speed)
+        max_s = p.prefill.seconds(_computed_max(p.workload, p.pool), p.speed)
+        head.add_row("prefill bound", f">= {mean_s * 1e3:,.1f} ms for the mean prompt, {max_s * 1e3:,.1f} ms for the "
+                     f"longest  [dim]({pj['flops_dtype']} {pj['flops_per_s'] / 1e12:g} TFLOPS)[/dim]")
     parts: list[Any] = [Panel(head, title="kvplan plan", title_align="left")]
     if p.speed_table:
         t = Table(title="decode-step bound by batch (requests at mean prompt + half their output)", title_justify="left")
@@ -556,7 +564,8 @@ def plan_view(p: Any) -> Group:
         t = Table.grid(padding=(0, 2))
         t.add_column(style="bold")
         t.add_column()
-        t.add_row("users", fmt_int(fl["users"]) + (f" at <= {fl['tpot_seconds'] * 1e3:g} ms per output token" if fl["tpot_seconds"] else ""))
+        t.add_row("users", fmt_int(fl["users"]) + (f" at <= {fl['tpot_seconds'] * 1e3:g} ms per output token" if fl["tpot_seconds"] else "")
+                  + (f", first token <= {fl['ttft_seconds'] * 1e3:g} ms ({'met by the prefill bound' if fl['ttft_met'] else 'not met'})" if "ttft_seconds" in fl else ""))
         t.add_row("per instance", f"{fmt_int(fl['users_per_instance'])} (memory {fmt_int(fl['users_per_instance_memory'])}"
                   + (f", speed bound {fmt_int(fl['users_per_instance_speed'])}" if fl["users_per_instance_speed"] is not None else "") + ")")
         t.add_row("instances", "cannot serve the target" if fl["instances"] is None else

@@ -179,6 +179,53 @@ def crossover(speed: SpeedModel, per_request_cache: float, limit: int = 1 << 16)
     return b if b <= limit else None
 
 
+@dataclass(frozen=True)
+class PrefillModel:
+    """A prompt's prefill cannot beat the GPU's dense tensor rate: 2 FLOPs per active linear parameter per prompt
+    token (decoder-layer projections, MLPs and the routed experts a token uses; attention scores, embeddings and
+    the LM head left out, so the FLOP count is a lower bound), nor read its weights faster than the bandwidth."""
+
+    flops: float  # FLOP/s of one GPU
+    dtype: str
+    source: str
+    active_params: float  # linear parameters one prompt token multiplies on one GPU
+
+    def seconds(self, tokens: int, speed: SpeedModel) -> float:
+        return max(2.0 * tokens * self.active_params / self.flops, speed.weight_read(tokens) / speed.bandwidth)
+
+    def to_json(self, speed: SpeedModel, mean_prompt: float, max_prompt: int) -> dict[str, Any]:
+        return {"flops_per_s": self.flops, "flops_dtype": self.dtype, "flops_source": self.source,
+                "active_params_per_token": round(self.active_params),
+                "mean_prompt_seconds": self.seconds(round(mean_prompt), speed),
+                "max_prompt_seconds": self.seconds(max_prompt, speed)}
+
+
+def prefill_model(setup, stage: int, gpu) -> PrefillModel | None:
+    """None when the catalog has no dense TFLOPS for the GPU. 8-bit or narrower weights may run on the FP8 rate
+    (the fastest the engine could use, so the time stays a bound); 16-bit weights on BF16 (FP16 where the chip has
+    no BF16)."""
+    from kvplan.parallel import pp_partition
+
+    rates = dict(gpu.tflops)
+    narrow = setup.weight_format.name not in ("bf16", "fp16", "fp32")
+    dtype = "fp8" if narrow and "fp8" in rates else ("bf16" if "bf16" in rates else "fp16")
+    if dtype not in rates:
+        return None
+    spec, tp = setup.spec, setup.tp
+    k = spec.widths.experts_per_token
+    layers = set(pp_partition(spec.num_layers, setup.pp)[stage])
+    active = 0.0
+    for w in spec.weights:
+        if w.part != "text" or w.layer is None or w.layer not in layers or w.role not in ("linear", "expert"):
+            continue
+        n = float(w.params)
+        if w.role == "expert" and w.split == "expert" and k and w.count > k:
+            n *= k / w.count
+        active += n if w.split == "replicated" else n / tp
+    return PrefillModel(rates[dtype] * 1e12, dtype, f"{gpu.name} dense {dtype} {rates[dtype]:g} TFLOPS (sources: kvplan gpus --json, tflops_source)",
+                        active)
+
+
 # ---------------------------------------------------------------------------------------------- the plan
 @dataclass(frozen=True)
 class PlanReport:
@@ -197,6 +244,7 @@ class PlanReport:
     fleet: dict[str, Any] | None
     assumptions: tuple[str, ...]
     warnings: tuple[str, ...]
+    prefill: PrefillModel | None = None
 
     def to_json(self) -> dict[str, Any]:
         f = self.fit
@@ -212,7 +260,10 @@ class PlanReport:
             out["speed"] = {**self.speed.to_json(), "step_seconds_bound": self.step_bound,
                             "tokens_per_s_per_request_bound": round(1 / self.step_bound, 3) if self.step_bound else None,
                             "cache_over_weights_from_batch": self.crossover_batch,
-                            "by_batch": [r.to_json() for r in self.speed_table]}
+                            "by_batch": [r.to_json() for r in self.speed_table],
+                            "prefill": self.prefill.to_json(self.speed, _computed_mean(self.workload, self.pool),
+                                                            _computed_max(self.workload, self.pool))
+                            if self.prefill is not None else None}
         return out
 
 
@@ -239,7 +290,8 @@ def _pool(fit) -> Pool:
 
 def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workload, *, users: int | None = None,
          tpot: float | None = None, bandwidth: float | None = None, kv_budget: int | None = None,
-         reserve: int | None = None, tp: int | None = None, pp: int | None = None, burst: bool = False) -> PlanReport:
+         reserve: int | None = None, tp: int | None = None, pp: int | None = None, burst: bool = False,
+         ttft: float | None = None) -> PlanReport:
     """burst: every workload request arrives at once (a benchmark run). Otherwise a closed loop: `users` users (or,
     without users, enough to saturate one instance) each keep one request in the system."""
     from kvplan import engines, planner
@@ -315,13 +367,48 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
                                                           "routing" if speed.expert_bytes else ""))
     else:
         warnings.append(f"no memory bandwidth for {gpu.requested}: the speed side needs --bandwidth GB/s")
+    prefill = prefill_model(s, s.prepared.limiting_stage(fit.ctx), gpu.gpu) if speed is not None else None
+    if prefill is not None:
+        assumptions.append(f"prefill: at least 2 FLOPs per active linear parameter per prompt token at the GPU's dense "
+                           f"{prefill.dtype} rate (attention scores left out), and no faster than its weights read; "
+                           "a lower bound on time to first token, queueing left out"
+                           + (", cached shared-prefix blocks not recomputed" if workload.shared_prefix and pool.to_json()["prefix_caching"] else ""))
+    elif speed is not None:
+        warnings.append(f"no dense TFLOPS for {gpu.gpu.name} in the catalog: no prefill bound")
+    if (tpot is not None or ttft is not None) and users is None:
+        raise InputError("--tpot and --ttft need --users N (the users to serve at those targets)")
+    if ttft is not None and prefill is None:
+        raise InputError(f"--ttft needs the GPU's dense TFLOPS, which the catalog lacks for {gpu.requested}")
     fleet = None
     if users is not None and not burst:
         fleet = _fleet(users, tpot, run, speed, mean_blocks * pool.bytes_per_block, fit, seqs)
-    elif tpot is not None and users is None:
-        raise InputError("--tpot needs --users N (the users to serve at that time per output token)")
+        if ttft is not None:
+            longest_prefill = prefill.seconds(_computed_max(workload, pool), speed)
+            fleet["ttft_seconds"] = ttft
+            fleet["ttft_met"] = longest_prefill <= ttft
+            if not fleet["ttft_met"]:
+                fleet["users_per_instance"], fleet["instances"], fleet["gpus"] = 0, None, None
+                warnings.append(f"the longest prompt's prefill alone takes at least {longest_prefill * 1e3:.1f} ms on "
+                                f"one instance, above --ttft {ttft * 1e3:g} ms: no number of instances meets it "
+                                "(more tensor parallelism or a faster GPU would)")
     return PlanReport(fit, pool, workload, mode, loop_users, run, mean_blocks, speed, table, step_bound, cross, tpot,
-                      fleet, tuple(assumptions + list(fit.assumptions)), tuple(warnings))
+                      fleet, tuple(assumptions + list(fit.assumptions)), tuple(warnings), prefill)
+
+
+def _computed_prompt(prompt: int, workload: Workload, pool: Pool) -> int:
+    """Prompt tokens a request computes: with prefix caching, the shared prefix's whole blocks come cached."""
+    if workload.shared_prefix and pool.to_json()["prefix_caching"]:
+        bs = pool.settings.groups[0].block_size
+        return max(1, prompt - (workload.shared_prefix // bs) * bs)
+    return prompt
+
+
+def _computed_mean(workload: Workload, pool: Pool) -> float:
+    return sum(_computed_prompt(r.prompt, workload, pool) for r in workload.requests) / len(workload.requests)
+
+
+def _computed_max(workload: Workload, pool: Pool) -> int:
+    return max(_computed_prompt(r.prompt, workload, pool) for r in workload.requests)
 
 
 def _mean_blocks(pool: Pool, workload: Workload) -> float:
@@ -357,7 +444,7 @@ def _fleet(need: int, tpot: float | None, run: RunStats, speed: SpeedModel | Non
     by_speed = None
     if tpot is not None and speed is not None:
         by_speed = 0
-        lo, hi = 1, max(1, by_memory)
+        lo, hi = 1, max(1, seqs)
         if speed.step_seconds(1, per_request_cache) <= tpot:
             while lo < hi:
                 mid = (lo + hi + 1) // 2

@@ -114,7 +114,7 @@ def test_request_files(tmp_path):
     (("--gpu", "H100", "--prompt", "900-100", "--output", "5"), "runs backwards"),
     (("--gpu", "H100", "--prompt", "100", "--output", "5", "--shared-prefix", "200"), "longer than the shortest prompt"),
     (("--gpu", "H100", "--prompt", "100", "--output", "5", "--engine", "sglang"), "accepted: vllm"),
-    (("--gpu", "H100", "--prompt", "100", "--output", "5", "--tpot", "30ms"), "--tpot needs --users"),
+    (("--gpu", "H100", "--prompt", "100", "--output", "5", "--tpot", "30ms"), "--tpot and --ttft need --users"),
     (("--gpu", "H100", "--prompt", "100", "--output", "5", "--users", "3", "--tpot", "fast"), "is not a time"),
     (("--gpu", "H100", "--prompt", "100", "--output", "5", "--bandwidth", "lots"), "is not a bandwidth"),
     (("--gpu", "H100", "--prompt", "4000", "--output", "5", "--max-model-len", "2048"), "max_model_len is 2,048"),
@@ -206,3 +206,36 @@ def test_check_traffic_keys_refuse_bad_values_with_their_line(tmp_path, text, sa
     assert r.code == 2
     problems = r.json()["problems"]
     assert any(says in p["message"] and p["line"] == 2 for p in problems), problems
+
+
+# ---------------------------------------------------------------------------------------------- prefill bound
+def test_prefill_bound_is_two_flops_per_active_linear_parameter_at_the_catalog_rate():
+    out = plan("llama-3.1-8b", "--gpu", "H100", "--prompt", "1000", "--output", "10", "-n", "20", "--json")
+    pf = out["speed"]["prefill"]
+    hidden, kv, inter, layers = 4096, 8 * 128, 14336, 32  # the bundled config's widths
+    per_layer = 2 * hidden * hidden + 2 * hidden * kv + 3 * hidden * inter  # q, o; k, v; gate, up, down
+    assert pf["active_params_per_token"] == layers * per_layer
+    assert pf["flops_per_s"] == 989e12 and pf["flops_dtype"] == "bf16"  # H100 SXM dense BF16
+    compute = 2 * 1000 * layers * per_layer / 989e12
+    assert pf["mean_prompt_seconds"] == pytest.approx(max(compute, out["weight_bytes"] / 3350e9), rel=1e-9)
+
+
+def test_prefill_of_fp8_weights_uses_the_fp8_rate_and_moe_counts_the_experts_a_token_uses():
+    out = plan("qwen3-235b-a22b", "--gpu", "8xH100", "--weight-dtype", "fp8", *SMALL, "--json")
+    pf = out["speed"]["prefill"]
+    assert pf["flops_dtype"] == "fp8" and pf["flops_per_s"] == 1978e12
+    # 94 layers: attention (64 q heads, 4 KV heads of 128) + 8 of 128 experts of 3 x 4096 x 1536, over tp 8
+    attn = 2 * 4096 * 64 * 128 + 2 * 4096 * 4 * 128
+    experts = 8 * 3 * 4096 * 1536
+    assert pf["active_params_per_token"] == round(94 * (attn + experts) / 8)
+
+
+def test_a_ttft_target_below_the_prefill_bound_cannot_be_met(tmp_path):
+    out = plan("llama-3.1-8b", "--gpu", "L4", "--prompt", "8000", "--output", "10", "-n", "20", "--users", "10",
+               "--ttft", "50ms", "--json")
+    fl = out["fleet"]
+    assert fl["ttft_met"] is False and fl["instances"] is None and fl["gpus"] is None
+    assert any("no number of instances meets it" in w for w in out["warnings"])
+    ok = plan("llama-3.1-8b", "--gpu", "L4", "--prompt", "8000", "--output", "10", "-n", "20", "--users", "10",
+              "--ttft", "20s", "--json")["fleet"]
+    assert ok["ttft_met"] is True and ok["gpus"] >= 1
