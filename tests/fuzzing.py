@@ -313,7 +313,9 @@ FRACTION_KEYS = {"concurrency", "gpu_memory_utilization", "mem_fraction_static",
                  "seconds", "ratio", "utilization", "bandwidth_gbps", "tflops", "x", "share",
                  # plan: means over requests and steps, speed bounds
                  "mean_running", "mean_prompt", "mean_output", "mean_request_blocks", "tokens_per_s_per_request",
-                 "tokens_per_s_per_request_bound", "step_seconds_bound"}
+                 "tokens_per_s_per_request_bound", "step_seconds_bound",
+                 # gpus: dense TFLOPS by dtype, as vendors state them (decimals)
+                 "bf16", "fp16", "fp8", "flops_per_s"}
 
 
 def _asks_json(argv: list[str]) -> bool:
