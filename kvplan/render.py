@@ -28,8 +28,104 @@ KIND_LABELS = {
 }
 
 
+OFF_TERMINAL_WIDTH = 160  # a pipe or a file: wide enough that tables keep one line per row
+
+
+class UncutConsole(Console):
+    """A console that never cuts a cell: a column is never narrower than its longest number or word (names fold at
+    punctuation only when a single word is longer than the whole line), and a table that cannot fit the width that
+    way is printed as stacked records, one "header: value" line per cell. Off a terminal the width is
+    OFF_TERMINAL_WIDTH unless COLUMNS says otherwise."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        super().print(*(fit_width(o, self) for o in objects), **kwargs)
+
+
 def console(stderr: bool = False) -> Console:
-    return Console(stderr=stderr, highlight=False, soft_wrap=False)
+    import os
+    import sys
+
+    stream = sys.stderr if stderr else sys.stdout
+    width = None
+    if not (hasattr(stream, "isatty") and stream.isatty()) and not os.environ.get("COLUMNS"):
+        width = OFF_TERMINAL_WIDTH
+    return UncutConsole(stderr=stderr, highlight=False, soft_wrap=False, width=width)
+
+
+_NUMBER = re.compile(r"^[-+<>=~ ]*[\d.,]+(?:\s?(?:[KMGTP]i?B|B|GB/s|ms|x|%|tokens|requests|GPUs?))?(?:\s\(est\.\))?$")
+
+
+def _longest_word(text: str) -> int:
+    return max((len(w) for w in text.split()), default=0)
+
+
+def uncut(renderable: Any) -> Any:
+    """Walk a renderable (groups, panels, nested tables): every column folds rather than ending in an ellipsis and
+    is at least as wide as its longest word; a column of numbers keeps each number whole on one line."""
+    if isinstance(renderable, Table):
+        for col in renderable.columns:
+            col.overflow = "fold"
+            cells = [_plain(c) for c in col._cells]
+            header = _plain(col.header)
+            filled = [c for c in cells if c and c != "-"]
+            if filled and all(_NUMBER.match(c) for c in filled):
+                col.no_wrap = True
+                col.min_width = max(col.min_width or 0, max(len(c) for c in filled), _longest_word(header))
+            else:
+                col.min_width = max(col.min_width or 0, max([_longest_word(c) for c in cells] + [_longest_word(header)]))
+            for c in col._cells:
+                uncut(c)
+    elif isinstance(renderable, Group):
+        for r in renderable.renderables:
+            uncut(r)
+    elif isinstance(renderable, Panel):
+        uncut(renderable.renderable)
+    return renderable
+
+
+def fit_width(renderable: Any, con: Console) -> Any:
+    """The renderable made uncuttable; a top-level table (or one inside a group) whose narrowest layout is wider
+    than the console becomes stacked records."""
+    from rich.measure import Measurement
+
+    uncut(renderable)
+    if isinstance(renderable, Table) and renderable.columns and renderable.show_header:
+        if Measurement.get(con, con.options.update(max_width=1 << 16), renderable).minimum > con.width:
+            return stacked(renderable)
+    if isinstance(renderable, Group):
+        renderable.renderables[:] = [fit_width(r, con) for r in renderable.renderables]
+    return renderable
+
+
+def stacked(table: Table) -> Group:
+    """A table as records: the title, then per row one `header: value` line per non-empty cell."""
+    parts: list[Any] = []
+    if table.title:
+        parts.append(Text(_plain(table.title), style="bold"))
+    rows = max((len(c._cells) for c in table.columns), default=0)
+    for i in range(rows):
+        g = Table.grid(padding=(0, 1))
+        g.add_column(style="bold", no_wrap=True)
+        g.add_column(overflow="fold")
+        for col in table.columns:
+            cell = col._cells[i] if i < len(col._cells) else ""
+            if _plain(cell) in ("",):
+                continue
+            g.add_row((_plain(col.header) or "-") + ":", cell)
+        parts.append(g)
+        parts.append(Text(""))
+    return Group(*parts)
+
+
+def _plain(cell: Any) -> str:
+    if isinstance(cell, Text):
+        return cell.plain
+    if isinstance(cell, str):
+        try:
+            return Text.from_markup(cell).plain
+        except Exception:  # noqa: BLE001 - a cell that is not markup is its own text
+            return cell
+    return ""
 
 
 def bytes_cell(n: int | None) -> str:
@@ -120,7 +216,7 @@ def gpus_view(rows: list[dict[str, Any]]) -> Table:
         cuda = fmt_bytes(r["cuda_total_bytes"]) + (" (est.)" if r.get("estimated") else "")
         nvml = fmt_bytes(r["nvml_bytes"]) if r.get("nvml_bytes") else "-"
         bw = f"{r['bandwidth_gbps']:,} GB/s" if r.get("bandwidth_gbps") else "-"
-        t.add_row(esc(r["name"]), esc(", ".join(r.get("aliases") or [])[:60]), nvml, cuda, bw)
+        t.add_row(esc(r["name"]), esc(", ".join(r.get("aliases") or [])), nvml, cuda, bw)
     return t
 
 
@@ -266,7 +362,7 @@ def print_check(report: Any) -> None:
     con = console()
     if not con.is_terminal and con.width < 120:
         con.width = 120
-    con.print(check_view(report))
+    con.print(check_view(report))  # (uncut by the console)
 
 
 def plain_text(renderable: Any, width: int = 140) -> str:
@@ -274,8 +370,8 @@ def plain_text(renderable: Any, width: int = 140) -> str:
     import io
 
     buf = io.StringIO()
-    Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False,
-            soft_wrap=False).print(renderable)
+    con = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False, soft_wrap=False)
+    con.print(fit_width(renderable, con))
     return buf.getvalue()
 
 
