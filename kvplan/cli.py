@@ -25,7 +25,7 @@ from kvplan.units import parse_count, parse_tokens
 app = typer.Typer(
     name="kvplan",
     help="Exact KV-cache and weight memory for LLM inference, and what fits on a GPU.",
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -52,6 +52,26 @@ def _version_line() -> str:
     return ", ".join(parts)
 
 
+def complete_model(incomplete: str) -> list[str]:
+    """Shell completion for MODEL: the bundled aliases and Hub ids (no network)."""
+    try:
+        names = [n for m in catalog.bundled_models() for n in (*m.aliases, m.repo_id)]
+    except Exception:  # noqa: BLE001 - completion never fails loudly
+        return []
+    return sorted(n for n in names if n.lower().startswith(incomplete.lower()))
+
+
+def complete_gpu(incomplete: str) -> list[str]:
+    """Shell completion for --gpu: catalog names and aliases (sizes and NxGPU are typed)."""
+    from kvplan import gpus
+
+    try:
+        names = [n for g in gpus.load_catalog() for n in (g.name, *g.aliases) if " " not in n]
+    except Exception:  # noqa: BLE001
+        return []
+    return sorted({n for n in names if n.lower().startswith(incomplete.lower())})
+
+
 def _show_version(value: bool) -> None:
     if value:
         sys.stdout.write(_version_line() + "\n")
@@ -68,13 +88,13 @@ def _root(
 # ---------------------------------------------------------------------------------------------- shared options
 _ENGINE_HELP = ", ".join(f"{n} (default)" if n == engines.DEFAULT_ENGINE else n for n in engines.names())
 Engine = Annotated[Optional[str], typer.Option("--engine", "-e", metavar="ENGINE", help=f"{_ENGINE_HELP}; optionally name@version")]
-KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", metavar="DTYPE", help="auto (default), fp16, bf16, fp32, fp8 (fp8_e4m3), fp8_e5m2, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl")]
+KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", "--kv-cache-dtype", metavar="DTYPE", help="auto (default), fp16, bf16, fp32, fp8 (fp8_e4m3), fp8_e5m2, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl")]
 KDtype = Annotated[Optional[str], typer.Option("--k-dtype", metavar="DTYPE", help="K cache dtype (overrides --kv-dtype for K)")]
 VDtype = Annotated[Optional[str], typer.Option("--v-dtype", metavar="DTYPE", help="V cache dtype (overrides --kv-dtype for V)")]
 StateDtype = Annotated[Optional[str], typer.Option("--state-dtype", metavar="DTYPE", help="Mamba/linear-attention state dtype (engine default otherwise)")]
 WeightDtype = Annotated[Optional[str], typer.Option("--weight-dtype", metavar="DTYPE", help="fp32, fp16, bf16, fp8, int8, int4 (default: the checkpoint's)")]
-Tp = Annotated[str, typer.Option("--tp", metavar="N", help="tensor-parallel GPUs")]
-Pp = Annotated[str, typer.Option("--pp", metavar="N", help="pipeline-parallel stages")]
+Tp = Annotated[str, typer.Option("--tp", "--tensor-parallel-size", metavar="N", help="tensor-parallel GPUs")]
+Pp = Annotated[str, typer.Option("--pp", "--pipeline-parallel-size", metavar="N", help="pipeline-parallel stages")]
 EncoderLen = Annotated[Optional[str], typer.Option("--encoder-len", metavar="TOKENS", help="encoder positions for cross attention (T5 default n_positions, Whisper 1500)")]
 Mmproj = Annotated[Optional[str], typer.Option("--mmproj", metavar="GGUF", help="GGUF vision projector (llama.cpp --mmproj): a .gguf path or org/name:file.gguf; its bytes join the weights")]
 Json = Annotated[bool, typer.Option("--json", help="print one JSON object (CONTRACTS.md keys) instead of tables")]
@@ -177,7 +197,7 @@ def _print_json(data: Any) -> None:
 # ---------------------------------------------------------------------------------------------- size
 @app.command(help="KV cache per token and for batch x ctx, weights and the total, exactly.")
 def size(
-    model: Annotated[str, typer.Argument(metavar="MODEL", help="alias (kvplan models), Hub id org/name, a path to config.json or a .gguf, or org/name:file.gguf")],
+    model: Annotated[str, typer.Argument(metavar="MODEL", autocompletion=complete_model, help="alias (kvplan models), Hub id org/name, a path to config.json or a .gguf, or org/name:file.gguf")],
     ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", metavar="TOKENS", help="tokens per sequence: 4096, 32k, 1M (default: the model maximum)")] = None,
     batch: Annotated[str, typer.Option("--batch", "-b", metavar="N", help="concurrent sequences")] = "1",
     engine: Engine = None, kv_dtype: KvDtype = None, k_dtype: KDtype = None, v_dtype: VDtype = None,
@@ -213,14 +233,15 @@ def size(
 # ---------------------------------------------------------------------------------------------- fit
 @app.command(help="What fits on a GPU: max batch at a context, max context at a batch, the frontier; or the whole catalog.")
 def fit(
-    gpu: Annotated[str, typer.Option("--gpu", "-g", metavar="GPU", help="catalog name (kvplan gpus), a size such as 24GB, or NxGPU such as 8xH100")],
-    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", help="one model (alias, Hub id or path); default: the whole bundled catalog")] = None,
+    gpu: Annotated[str, typer.Option("--gpu", "-g", metavar="GPU", autocompletion=complete_gpu, help="catalog name (kvplan gpus), a size such as 24GB, or NxGPU such as 8xH100")],
+    model_arg: Annotated[Optional[str], typer.Argument(metavar="[MODEL]", autocompletion=complete_model, help="one model, as --model (either form)", show_default=False)] = None,
+    model: Annotated[Optional[str], typer.Option("--model", "-m", metavar="MODEL", autocompletion=complete_model, help="one model (alias, Hub id or path); default: the whole bundled catalog")] = None,
     ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", metavar="TOKENS", help="tokens per request for max batch (default 4096 for the catalog, 4096 or the model max for one model)")] = None,
     batch: Annotated[str, typer.Option("--batch", "-b", metavar="N", help="requests for max ctx")] = "1",
     engine: Engine = None, kv_dtype: KvDtype = None, k_dtype: KDtype = None, v_dtype: VDtype = None,
     state_dtype: StateDtype = None, weight_dtype: WeightDtype = None,
-    tp: Annotated[Optional[str], typer.Option("--tp", metavar="N", help="tensor-parallel GPUs (default: all GPUs of NxGPU)")] = None,
-    pp: Annotated[Optional[str], typer.Option("--pp", metavar="N", help="pipeline-parallel stages")] = None,
+    tp: Annotated[Optional[str], typer.Option("--tp", "--tensor-parallel-size", metavar="N", help="tensor-parallel GPUs (default: all GPUs of NxGPU)")] = None,
+    pp: Annotated[Optional[str], typer.Option("--pp", "--pipeline-parallel-size", metavar="N", help="pipeline-parallel stages")] = None,
     mmproj: Mmproj = None,
     kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", metavar="SIZE", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB")] = None,
     reserve: Annotated[Optional[str], typer.Option("--reserve", metavar="SIZE", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB")] = None,
@@ -241,6 +262,11 @@ def fit(
 ) -> None:
     from kvplan import gpus as gpu_catalog, planner
     from kvplan.units import parse_bytes, parse_headroom
+
+    if model_arg is not None:
+        if model is not None and model != model_arg:
+            raise InputError(f"fit: the model is given twice ({model_arg!r} and --model {model!r}); give one")
+        model = model_arg
 
     selection = gpu_catalog.resolve_gpu(gpu)
     knobs = dict(
@@ -287,8 +313,8 @@ def _parse_reserve(text: str | None) -> int | None:
                   "and GPUs for N users at a time per output token.\n\n"
                   "Example: kvplan plan llama-3.1-8b --gpu H100 --prompt 500-3000 --output 100-800 --users 2000 --tpot 30ms")
 def plan(
-    model: Annotated[str, typer.Argument(metavar="MODEL", help="alias (kvplan models), Hub id org/name, or a path to config.json")],
-    gpu: Annotated[str, typer.Option("--gpu", "-g", metavar="GPU", help="catalog name (kvplan gpus), a size such as 24GB, or NxGPU such as 8xH100")],
+    model: Annotated[str, typer.Argument(metavar="MODEL", autocompletion=complete_model, help="alias (kvplan models), Hub id org/name, or a path to config.json")],
+    gpu: Annotated[str, typer.Option("--gpu", "-g", metavar="GPU", autocompletion=complete_gpu, help="catalog name (kvplan gpus), a size such as 24GB, or NxGPU such as 8xH100")],
     prompt: Annotated[Optional[str], typer.Option("--prompt", metavar="TOKENS", help="prompt length: 1000, or a range 500-3000 (uniform)")] = None,
     output: Annotated[Optional[str], typer.Option("--output", metavar="TOKENS", help="output length: 300, or a range 100-800 (uniform)")] = None,
     requests_file: Annotated[Optional[str], typer.Option("--requests-file", metavar="FILE", help="real request lengths: CSV with a header or JSONL (prompt_tokens/input_tokens, output_tokens/completion_tokens; OpenAI usage objects)")] = None,
@@ -300,8 +326,8 @@ def plan(
     bandwidth: Annotated[Optional[str], typer.Option("--bandwidth", metavar="GB/S", help="memory bandwidth of one GPU in GB/s (default: the catalog's)")] = None,
     burst: Annotated[bool, typer.Option("--burst", help="every request arrives at once (a benchmark run) instead of a closed loop")] = False,
     engine: Engine = None, kv_dtype: KvDtype = None, weight_dtype: WeightDtype = None,
-    tp: Annotated[Optional[str], typer.Option("--tp", metavar="N", help="tensor-parallel GPUs (default: all GPUs of NxGPU)")] = None,
-    pp: Annotated[Optional[str], typer.Option("--pp", metavar="N", help="pipeline-parallel stages")] = None,
+    tp: Annotated[Optional[str], typer.Option("--tp", "--tensor-parallel-size", metavar="N", help="tensor-parallel GPUs (default: all GPUs of NxGPU)")] = None,
+    pp: Annotated[Optional[str], typer.Option("--pp", "--pipeline-parallel-size", metavar="N", help="pipeline-parallel stages")] = None,
     kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", metavar="SIZE", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB")] = None,
     reserve: Annotated[Optional[str], typer.Option("--reserve", metavar="SIZE", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB")] = None,
     gpu_memory_utilization: GpuMemUtil = None, max_num_seqs: MaxNumSeqs = None, max_model_len: MaxModelLen = None,
@@ -467,7 +493,7 @@ def gpus(
                   "CachePlan and measure it; --fit finds the real limit; --with-model runs transformers' model code. "
                   "Exit 1 when a check fails. Needs torch: pip install \"kvplan[verify]\".")
 def verify(
-    model: Annotated[str, typer.Argument(metavar="MODEL", help="alias (kvplan models), Hub id org/name, or a path to config.json")],
+    model: Annotated[str, typer.Argument(metavar="MODEL", autocompletion=complete_model, help="alias (kvplan models), Hub id org/name, or a path to config.json")],
     ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", metavar="TOKENS", help="tokens per sequence (default: the model maximum; with --fit: search the largest ctx at --batch)")] = None,
     batch: Annotated[str, typer.Option("--batch", "-b", metavar="N", help="concurrent sequences")] = "1",
     device: Annotated[str, typer.Option("--device", metavar="DEVICE", help="auto (CUDA when torch sees one, else CPU), cpu, cuda, cuda:N; with --with-model also runs a real forward there")] = "auto",

@@ -1,0 +1,47 @@
+"""CLI consistency (issue 14): shell completion of models and GPUs, MODEL positional in fit as in size/verify/plan,
+vLLM's own flag names accepted as aliases."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import run_cli
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def complete(words: str) -> list[str]:
+    """What bash completion offers for the last word (typer/click's completion protocol)."""
+    env = {**os.environ, "_KVPLAN_COMPLETE": "complete_bash", "COMP_WORDS": words,
+           "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1))}
+    code = "import sys; from kvplan.cli import main; sys.argv = ['kvplan']; main()"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT, timeout=60)
+    return out.stdout.split()
+
+
+def test_completion_offers_catalog_gpus_and_bundled_models():
+    gpus = complete("kvplan fit --gpu H2")
+    assert {"H200", "H200-141GB", "H20", "H20-3e"} <= set(gpus) and all(g.lower().startswith("h2") for g in gpus)
+    models = complete("kvplan size llama-3.1")
+    assert {"llama-3.1-8b", "llama-3.1-70b"} <= set(models)
+    assert "qwen3-8b" in complete("kvplan plan qwen3-8")
+    assert "deepseek-v3" in complete("kvplan fit --gpu H100 --model deepseek-v")
+
+
+def test_fit_takes_model_positionally_or_as_an_option():
+    a = run_cli("fit", "llama-3.1-8b", "--gpu", "L4", "--json").json()
+    b = run_cli("fit", "--gpu", "L4", "--model", "llama-3.1-8b", "--json").json()
+    assert a["results"] == b["results"]
+    clash = run_cli("fit", "llama-3.1-8b", "--model", "gpt2", "--gpu", "L4")
+    assert clash.code == 2 and "given twice" in clash.err
+
+
+def test_vllm_flag_names_are_aliases():
+    ours = run_cli("size", "llama-3.1-8b", "--kv-dtype", "fp8", "--tp", "2", "--json").json()
+    theirs = run_cli("size", "llama-3.1-8b", "--kv-cache-dtype", "fp8", "--tensor-parallel-size", "2", "--json").json()
+    assert ours == theirs and theirs["tp"] == 2
+    pp = run_cli("fit", "--gpu", "2xL4", "--model", "llama-3.1-8b", "--pipeline-parallel-size", "2", "--json").json()
+    assert pp["pp"] == 2
