@@ -324,6 +324,7 @@ def plan(
     tpot: Annotated[Optional[str], typer.Option("--tpot", metavar="TIME", help="target time per output token: 30ms, 0.05s (needs --users)")] = None,
     ttft: Annotated[Optional[str], typer.Option("--ttft", metavar="TIME", help="target time to first token: 500ms, 2s (needs --users; checked against the longest prompt's prefill bound)")] = None,
     bandwidth: Annotated[Optional[str], typer.Option("--bandwidth", metavar="GB/S", help="memory bandwidth of one GPU in GB/s (default: the catalog's)")] = None,
+    rate: Annotated[Optional[str], typer.Option("--rate", metavar="REQ/S", help="requests per second arriving (Poisson, fixed seed) instead of a closed loop of users; latencies and the instances that sustain it")] = None,
     burst: Annotated[bool, typer.Option("--burst", help="every request arrives at once (a benchmark run) instead of a closed loop")] = False,
     engine: Engine = None, kv_dtype: KvDtype = None, weight_dtype: WeightDtype = None,
     tp: Annotated[Optional[str], typer.Option("--tp", "--tensor-parallel-size", metavar="N", help="tensor-parallel GPUs (default: all GPUs of NxGPU)")] = None,
@@ -337,7 +338,7 @@ def plan(
     hub: Hub = False, token: Token = None, timeout: Timeout = None,
 ) -> None:
     from kvplan import gpus as gpu_catalog, serving, workload as wl
-    from kvplan.units import parse_bandwidth, parse_bytes, parse_seconds
+    from kvplan.units import parse_bandwidth, parse_bytes, parse_rate, parse_seconds
 
     selection = gpu_catalog.resolve_gpu(gpu)
     knobs = _parse_knobs(gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
@@ -361,6 +362,7 @@ def plan(
     report = serving.plan(
         mo, eo, selection, work, users=parse_count(users, "--users") if users else None,
         tpot=parse_seconds(tpot, "--tpot") if tpot else None, ttft=parse_seconds(ttft, "--ttft") if ttft else None,
+        rate=parse_rate(rate, "--rate") if rate else None,
         bandwidth=parse_bandwidth(bandwidth, "--bandwidth") if bandwidth else None,
         kv_budget=parse_bytes(kv_budget, "--kv-budget") if kv_budget else None, reserve=_parse_reserve(reserve),
         tp=parse_count(tp, "--tp") if tp else None, pp=parse_count(pp, "--pp") if pp else None, burst=burst,

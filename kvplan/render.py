@@ -627,6 +627,9 @@ def plan_view(p: Any) -> Group:
                  f"({bytes_cell(pool.kv_budget_bytes)} {pool.kv_budget_source})")
     if p.mode == "burst":
         head.add_row("replay", f"all {fmt_int(run.requests)} requests at once: {fmt_int(run.steps)} engine steps")
+    elif p.mode == "rate":
+        head.add_row("replay", f"{fmt_int(run.requests)} requests arriving at {p.rate:g}/s (Poisson): "
+                     f"{fmt_int(run.steps)} engine steps")
     else:
         head.add_row("replay", f"{fmt_int(p.users)} users in a closed loop, {fmt_int(run.requests)} requests, "
                      f"steady steps {fmt_int(run.window[0])}-{fmt_int(run.window[1])}")
@@ -636,6 +639,17 @@ def plan_view(p: Any) -> Group:
     if p.step_bound:
         head.add_row("decode bound", f"{p.step_bound * 1e3:.2f} ms per step at the median batch: "
                      f"<= {1 / p.step_bound:,.1f} tokens/s per request")
+    if p.latency is not None:
+        lt = p.latency
+
+        def ms(v: float | None) -> str:
+            return "-" if v is None else f"{v * 1e3:,.1f} ms"
+
+        head.add_row("latency (at best)", f"TTFT p50 {ms(lt['ttft_p50_seconds'])}, p90 {ms(lt['ttft_p90_seconds'])}; "
+                     f"TPOT p50 {ms(lt['tpot_p50_seconds'])}, p90 {ms(lt['tpot_p90_seconds'])}")
+        head.add_row("throughput (at best)", f"{lt['requests_per_s']:,.2f} requests/s, {lt['output_tokens_per_s']:,.0f} "
+                     "output tokens/s" + ("" if lt.get("kept_up", True) else
+                                          "  [red]queue grows: this instance does not keep up[/red]"))
     if p.prefill is not None and p.speed is not None:
         pj = p.prefill.to_json(p.speed, 0, 1)
         from kvplan.serving import _computed_max, _computed_mean
@@ -655,11 +669,20 @@ def plan_view(p: Any) -> Group:
         parts.append(t)
         if p.crossover_batch:
             parts.append(Text(f"cache reads overtake weight reads from batch {p.crossover_batch:,}", style="dim"))
-    if p.fleet:
-        fl = p.fleet
+    fl = p.fleet
+    if fl:
         t = Table.grid(padding=(0, 2))
         t.add_column(style="bold")
         t.add_column()
+        if fl.get("rate") is not None:
+            t.add_row("load", f"{fl['rate']:g} requests/s; one instance sustains at most "
+                      f"{fl['requests_per_s_per_instance']:,.2f}/s (saturated, step bounds)")
+            t.add_row("instances", "-" if fl["instances"] is None else
+                      f"{fmt_int(fl['instances'])} x {fl['gpus_per_instance']} GPU = {fmt_int(fl['gpus'])} GPUs (at full load; "
+                      "leave headroom for TTFT targets)")
+            parts.append(Panel(t, title="fleet", title_align="left"))
+            fl = None
+    if fl:
         t.add_row("users", fmt_int(fl["users"]) + (f" at <= {fl['tpot_seconds'] * 1e3:g} ms per output token" if fl["tpot_seconds"] else "")
                   + (f", first token <= {fl['ttft_seconds'] * 1e3:g} ms ({'met by the prefill bound' if fl['ttft_met'] else 'not met'})" if "ttft_seconds" in fl else ""))
         t.add_row("per instance", f"{fmt_int(fl['users_per_instance'])} (memory {fmt_int(fl['users_per_instance_memory'])}"

@@ -71,6 +71,8 @@ class Step:
 @dataclass
 class Trace:
     steps: list[Step] = field(default_factory=list)
+    clock: list[float] = field(default_factory=list)  # with a step-time model: each step's end, seconds
+    arrived_at: dict[int, float] = field(default_factory=dict)  # with arrival times: request index -> seconds
     preemptions: list[tuple[int, int]] = field(default_factory=list)  # (step, request index)
     finished_at: dict[int, int] = field(default_factory=dict)  # request index -> step
     first_token_at: dict[int, int] = field(default_factory=dict)
@@ -145,12 +147,15 @@ class _Req:
 
 
 def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, users: int | None = None,
-             max_steps: int = 200_000) -> Trace:
+             arrivals: Sequence[float] | None = None,
+             step_seconds: Callable[[int, int, int], float] | None = None, max_steps: int = 200_000) -> Trace:
     """Replay requests until all finish; `truncated` when max_steps ran out first.
 
     users None: each request arrives at its arrival_step (0: all at once, as a benchmark's burst). users N: a
     closed loop, N users each with one request in the system, sending the next (in list order) as soon as the
-    last one finishes."""
+    last one finishes. arrivals: each request's arrival time in seconds (ascending), with step_seconds(scheduled
+    tokens, decoding requests, held blocks) giving each step's duration; an idle engine waits for the next
+    arrival. step_seconds alone times the other modes."""
     pool = _Pool(settings.num_blocks)
     groups = settings.groups
     prefix_on = settings.prefix_caching and all(g.caches_prefix for g in groups)
@@ -160,6 +165,7 @@ def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, use
     running: list[_Req] = []
     trace = Trace()
     step = 0
+    now = 0.0
 
     linear = [g.tokens_per_block for g in groups]
     single = len(groups) == 1 and linear[0] > 0
@@ -211,9 +217,16 @@ def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, use
         return tokens, [f[: tokens // grp.block_size] for f, grp in zip(per_group, groups)]
 
     while (pending or waiting or running) and step < max_steps:
+        if arrivals is not None and pending and not waiting and not running:
+            now = max(now, arrivals[pending[0]])  # idle: the next request arrives
         while pending and (len(waiting) + len(running) < users if users is not None
+                           else arrivals[pending[0]] <= now if arrivals is not None
                            else requests[pending[0]].arrival_step <= step):
             i = pending.popleft()
+            if arrivals is not None:
+                trace.arrived_at[i] = arrivals[i]
+            elif step_seconds is not None:
+                trace.arrived_at[i] = now
             waiting.append(_Req(i, requests[i], requests[i].prompt, blocks=[[] for _ in groups],
                                 cached_blocks=[0] * len(groups)))
         budget = settings.max_num_batched_tokens
@@ -293,8 +306,12 @@ def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, use
                 budget -= n
         held = settings.num_blocks - 1 - pool.num_free()  # blocks nobody references are in the free queue
         decoding = sum(1 for r, n in scheduled if r.computed + n >= r.num_tokens)
-        trace.steps.append(Step(len(running), len(waiting) + len(pending), pool.num_free(),
-                                sum(n for _, n in scheduled), decoding, held))
+        tokens = sum(n for _, n in scheduled)
+        trace.steps.append(Step(len(running), len(waiting) + (len(pending) if arrivals is None else 0), pool.num_free(),
+                                tokens, decoding, held))
+        if step_seconds is not None:
+            now += step_seconds(tokens, decoding, held)
+            trace.clock.append(now)
         # the forward pass: computed tokens advance; a request whose known tokens are all computed samples one
         done = []
         for r, n in scheduled:

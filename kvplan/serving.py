@@ -245,6 +245,8 @@ class PlanReport:
     assumptions: tuple[str, ...]
     warnings: tuple[str, ...]
     prefill: PrefillModel | None = None
+    latency: dict[str, Any] | None = None
+    rate: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         f = self.fit
@@ -254,7 +256,8 @@ class PlanReport:
             "weight_bytes": f.weight_bytes, "workload": self.workload.to_json(), "mode": self.mode,
             "users": self.users, "pool": self.pool.to_json(), "run": self.run.to_json(),
             "mean_request_blocks": round(self.mean_request_blocks, 3),
-            "speed": None, "fleet": self.fleet, "assumptions": list(self.assumptions), "warnings": list(self.warnings),
+            "speed": None, "fleet": self.fleet, "rate": self.rate, "latency": self.latency,
+            "assumptions": list(self.assumptions), "warnings": list(self.warnings),
         }
         if self.speed is not None:
             out["speed"] = {**self.speed.to_json(), "step_seconds_bound": self.step_bound,
@@ -291,12 +294,15 @@ def _pool(fit) -> Pool:
 def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workload, *, users: int | None = None,
          tpot: float | None = None, bandwidth: float | None = None, kv_budget: int | None = None,
          reserve: int | None = None, tp: int | None = None, pp: int | None = None, burst: bool = False,
-         ttft: float | None = None) -> PlanReport:
+         ttft: float | None = None, rate: float | None = None) -> PlanReport:
     """burst: every workload request arrives at once (a benchmark run). Otherwise a closed loop: `users` users (or,
     without users, enough to saturate one instance) each keep one request in the system."""
     from kvplan import engines, planner
     from kvplan.engines import vllm
 
+    if rate is not None and (users is not None or burst):
+        raise InputError("--rate, --users and --burst are three ways to state the load (an arrival rate, a closed "
+                         "loop of users, everything at once); give one")
     engine = engines.choose(eo.engine)
     if engine.module is not vllm:
         raise InputError(f"plan replays vLLM's scheduler; --engine {eo.engine} is not modelled yet (accepted: vllm)")
@@ -335,9 +341,31 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
         assumptions.append("vLLM on GPUs schedules asynchronously (one token ahead); the replay is synchronous, "
                            "as vLLM's CPU build where it was checked")
     mean_blocks = _mean_blocks(pool, workload)
-    if burst:
-        trace = simulate(settings, workload.requests)
-        run = run_stats(trace, len(workload.requests))
+    speed, table, step_bound, cross = None, (), None, None
+    bw, bw_source = (round(bandwidth), "--bandwidth") if bandwidth else (
+        (round(gpu.gpu.bandwidth_gbps * 1e9), f"{gpu.gpu.name} vendor peak {gpu.gpu.bandwidth_gbps:g} GB/s")
+        if gpu.gpu.bandwidth_gbps else (None, ""))
+    stage = s.prepared.limiting_stage(fit.ctx)
+    if bw:
+        speed = speed_model(s, stage, bw, bw_source, pool.bytes_per_block)
+    else:
+        warnings.append(f"no memory bandwidth for {gpu.requested}: the speed side needs --bandwidth GB/s")
+    prefill = prefill_model(s, stage, gpu.gpu) if speed is not None else None
+    timing = step_timer(speed, prefill, pool.bytes_per_block) if speed is not None else None
+    if rate is not None and timing is None:
+        raise InputError(f"--rate needs step times, which need a memory bandwidth for {gpu.requested} (--bandwidth GB/s)")
+    latency = None
+    if rate is not None:
+        reqs = list(workload.requests)
+        trace = simulate(settings, reqs, arrivals=poisson_arrivals(len(reqs), rate), step_seconds=timing)
+        run = run_stats(trace, len(reqs))
+        latency = latency_stats(trace, reqs, rate)
+        mode, loop_users = "rate", None
+    elif burst:
+        reqs = list(workload.requests)
+        trace = simulate(settings, reqs, step_seconds=timing)
+        run = run_stats(trace, len(reqs))
+        latency = latency_stats(trace, reqs, None) if timing else None
         mode, loop_users = "burst", None
     else:
         # enough users to fill the pool half again (or all of them, when fewer): the replay shows what one instance
@@ -345,15 +373,11 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
         saturating = min(seqs, math.ceil(1.5 * pool.usable_blocks / max(mean_blocks, 1e-9)) + 4)
         loop_users = min(users, saturating) if users is not None else saturating
         reqs = _enough(workload, loop_users * SATURATION_ROUNDS)
-        trace = simulate(settings, reqs, users=loop_users)
+        trace = simulate(settings, reqs, users=loop_users, step_seconds=timing)
         run = run_stats(trace, len(reqs), _steady_window(trace, loop_users, len(reqs)))
+        latency = latency_stats(trace, reqs, None, run.window) if timing else None
         mode = "users"
-    speed, table, step_bound, cross = None, (), None, None
-    bw, bw_source = (round(bandwidth), "--bandwidth") if bandwidth else (
-        (round(gpu.gpu.bandwidth_gbps * 1e9), f"{gpu.gpu.name} vendor peak {gpu.gpu.bandwidth_gbps:g} GB/s")
-        if gpu.gpu.bandwidth_gbps else (None, ""))
-    if bw:
-        speed = speed_model(s, s.prepared.limiting_stage(fit.ctx), bw, bw_source, pool.bytes_per_block)
+    if speed is not None:
         per_req = mean_blocks * pool.bytes_per_block
         top = max(1, min(seqs, int(pool.usable_blocks / max(mean_blocks, 1e-9))))
         table = tuple(speed_rows(speed, per_req, top))
@@ -365,9 +389,6 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
                            "requests) / bandwidth per step; compute, all-reduce and kernel efficiency left out, so "
                            "tokens/s are upper bounds" + (", routed experts touched by a batch under uniform "
                                                           "routing" if speed.expert_bytes else ""))
-    else:
-        warnings.append(f"no memory bandwidth for {gpu.requested}: the speed side needs --bandwidth GB/s")
-    prefill = prefill_model(s, s.prepared.limiting_stage(fit.ctx), gpu.gpu) if speed is not None else None
     if prefill is not None:
         assumptions.append(f"prefill: at least 2 FLOPs per active linear parameter per prompt token at the GPU's dense "
                            f"{prefill.dtype} rate (attention scores left out), and no faster than its weights read; "
@@ -375,6 +396,10 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
                            + (", cached shared-prefix blocks not recomputed" if workload.shared_prefix and pool.to_json()["prefix_caching"] else ""))
     elif speed is not None:
         warnings.append(f"no dense TFLOPS for {gpu.gpu.name} in the catalog: no prefill bound")
+    if latency is not None:
+        assumptions.append("latencies and throughput: each engine step takes its bound (the longer of its bytes over "
+                           "the bandwidth and its tokens' FLOPs over the dense rate), so they are the best the engine "
+                           "could do: real ones are longer")
     if (tpot is not None or ttft is not None) and users is None:
         raise InputError("--tpot and --ttft need --users N (the users to serve at those targets)")
     if ttft is not None and prefill is None:
@@ -391,8 +416,22 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
                 warnings.append(f"the longest prompt's prefill alone takes at least {longest_prefill * 1e3:.1f} ms on "
                                 f"one instance, above --ttft {ttft * 1e3:g} ms: no number of instances meets it "
                                 "(more tensor parallelism or a faster GPU would)")
+    if rate is not None:
+        # what one instance sustains: the saturated closed loop's completions per second
+        saturating = min(seqs, math.ceil(1.5 * pool.usable_blocks / max(mean_blocks, 1e-9)) + 4)
+        sat_reqs = _enough(workload, saturating * SATURATION_ROUNDS)
+        sat = simulate(settings, sat_reqs, users=saturating, step_seconds=timing)
+        sat_stats = latency_stats(sat, sat_reqs, None, run_stats(sat, len(sat_reqs),
+                                                                   _steady_window(sat, saturating, len(sat_reqs))).window)
+        per_instance = sat_stats["requests_per_s"]
+        instances = math.ceil(rate / per_instance) if per_instance else None
+        gpus_per_instance = s.tp * s.pp
+        fleet = {"users": None, "tpot_seconds": tpot, "users_per_instance_memory": None, "users_per_instance_speed": None,
+                 "users_per_instance": None, "gpus_per_instance": gpus_per_instance, "instances": instances,
+                 "gpus": instances * gpus_per_instance if instances else None, "rate": rate,
+                 "requests_per_s_per_instance": per_instance}
     return PlanReport(fit, pool, workload, mode, loop_users, run, mean_blocks, speed, table, step_bound, cross, tpot,
-                      fleet, tuple(assumptions + list(fit.assumptions)), tuple(warnings), prefill)
+                      fleet, tuple(assumptions + list(fit.assumptions)), tuple(warnings), prefill, latency, rate)
 
 
 def _computed_prompt(prompt: int, workload: Workload, pool: Pool) -> int:
@@ -409,6 +448,62 @@ def _computed_mean(workload: Workload, pool: Pool) -> float:
 
 def _computed_max(workload: Workload, pool: Pool) -> int:
     return max(_computed_prompt(r.prompt, workload, pool) for r in workload.requests)
+
+
+def step_timer(speed: SpeedModel, prefill: PrefillModel | None, bytes_per_block: int):
+    """An engine step's duration bound: the weights its tokens touch plus the cache blocks held, over the
+    bandwidth, or its tokens' FLOPs over the dense rate, whichever is longer."""
+    def seconds(tokens: int, decoding: int, held_blocks: int) -> float:
+        memory = (speed.weight_read(max(tokens, 1)) + held_blocks * bytes_per_block) / speed.bandwidth
+        compute = 2.0 * tokens * prefill.active_params / prefill.flops if prefill is not None else 0.0
+        return max(memory, compute)
+    return seconds
+
+
+def poisson_arrivals(n: int, rate: float, seed: int = 0) -> list[float]:
+    """n arrival times of a Poisson process at `rate` requests per second (fixed seed: the same plan each run)."""
+    import random
+
+    rng, t, out = random.Random(seed), 0.0, []
+    for _ in range(n):
+        t += rng.expovariate(rate)
+        out.append(t)
+    return out
+
+
+def _pct(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    v = sorted(values)
+    return v[min(len(v) - 1, int(q * len(v)))]
+
+
+def latency_stats(trace: Trace, reqs: list[SimRequest], rate: float | None,
+                  window: tuple[int, int] | None = None) -> dict[str, Any]:
+    """Time to first token and time per output token per request (from the step clock), throughput, and whether
+    an arrival process is kept up with (the queue does not grow: the last quarter's TTFT stays near the first's)."""
+    clock = trace.clock
+    idx = [i for i in trace.finished_at if window is None or window[0] <= trace.finished_at[i] < window[1]]
+    ttft = [clock[trace.first_token_at[i]] - trace.arrived_at[i] for i in idx if i in trace.arrived_at]
+    tpot = [(clock[trace.finished_at[i]] - clock[trace.first_token_at[i]]) / (reqs[i].output - 1)
+            for i in idx if reqs[i].output > 1]
+    lo = clock[window[0] - 1] if window and window[0] > 0 else 0.0
+    hi = clock[window[1] - 1] if window else (clock[-1] if clock else 0.0)
+    span = max(hi - lo, 1e-12)
+    out_tokens = sum(reqs[i].output for i in idx)
+    stats: dict[str, Any] = {
+        "ttft_p50_seconds": _pct(ttft, 0.5), "ttft_p90_seconds": _pct(ttft, 0.9), "ttft_p99_seconds": _pct(ttft, 0.99),
+        "tpot_p50_seconds": _pct(tpot, 0.5), "tpot_p90_seconds": _pct(tpot, 0.9),
+        "requests_per_s": len(idx) / span, "output_tokens_per_s": out_tokens / span, "seconds": span,
+    }
+    if rate is not None:
+        order = sorted(trace.arrived_at, key=trace.arrived_at.get)
+        q = max(1, len(order) // 4)
+        first = [clock[trace.first_token_at[i]] - trace.arrived_at[i] for i in order[:q]]
+        last = [clock[trace.first_token_at[i]] - trace.arrived_at[i] for i in order[-q:]]
+        mean_first, mean_last = sum(first) / len(first), sum(last) / len(last)
+        stats["kept_up"] = not (mean_last > 3 * mean_first and mean_last - mean_first > 1.0)
+    return stats
 
 
 def _mean_blocks(pool: Pool, workload: Workload) -> float:

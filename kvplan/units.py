@@ -132,6 +132,17 @@ def parse_seconds(text: str, what: str) -> float:
     return value
 
 
+def parse_rate(text: str, what: str) -> float:
+    """Requests per second: 2, 0.5, 120/s; above 0 and at most 1,000,000."""
+    m = re.match(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(?:/s|rps|req/s)?\s*$", str(text), re.ASCII | re.IGNORECASE)
+    if not m:
+        raise InputError(f"{what}: {shown(text)} is not a rate; write requests per second such as 2 or 0.5")
+    value = float(m.group(1))
+    if not 0 < value <= 1e6:
+        raise InputError(f"{what}: {shown(text)} is out of range (above 0, at most 1,000,000 per second)")
+    return value
+
+
 def parse_bandwidth(text: str, what: str) -> float:
     """Memory bandwidth in bytes/s from GB/s (1e9 B/s, as vendors state it): 3350, 3350GB/s, 3.35TB/s."""
     m = _BANDWIDTH_RE.match(str(text))

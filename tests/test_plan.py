@@ -239,3 +239,41 @@ def test_a_ttft_target_below_the_prefill_bound_cannot_be_met(tmp_path):
     ok = plan("llama-3.1-8b", "--gpu", "L4", "--prompt", "8000", "--output", "10", "-n", "20", "--users", "10",
               "--ttft", "20s", "--json")["fleet"]
     assert ok["ttft_met"] is True and ok["gpus"] >= 1
+
+
+# ---------------------------------------------------------------------------------------------- arrival rate
+def test_an_idle_engine_serves_each_arrival_in_its_step_bounds():
+    """At 0.01 requests/s each request finds the engine empty: its TTFT is exactly its prefill step's bound and its
+    TPOT the one decode step's bound (weights + its cache blocks over the bandwidth, or FLOPs over the rate)."""
+    out = plan("llama-3.1-8b", "--gpu", "H100", "--prompt", "1000", "--output", "2", "-n", "20", "--rate", "0.01",
+               "--json")
+    lt, sp = out["latency"], out["speed"]
+    assert out["mode"] == "rate" and lt["kept_up"] is True and out["run"]["peak_running"] == 1
+    active, flops, bw, bpb = (sp["prefill"]["active_params_per_token"], sp["prefill"]["flops_per_s"],
+                              sp["bandwidth_bytes_per_s"], out["pool"]["bytes_per_block"])
+    prefill = max((sp["weight_bytes"] + math.ceil(1000 / 16) * bpb) / bw, 2 * 1000 * active / flops)
+    decode = max((sp["weight_bytes"] + math.ceil(1001 / 16) * bpb) / bw, 2 * active / flops)
+    assert lt["ttft_p50_seconds"] == pytest.approx(prefill, rel=1e-6)  # active is rounded in JSON
+    assert lt["tpot_p50_seconds"] == pytest.approx(decode, rel=1e-6)
+
+
+def test_an_overloaded_instance_says_so_and_the_fleet_divides_the_rate():
+    out = plan("llama-3.1-8b", "--gpu", "H100", "--prompt", "500-3000", "--output", "100-800", "-n", "400",
+               "--rate", "40", "--json")
+    assert out["latency"]["kept_up"] is False
+    fl = out["fleet"]
+    assert fl["rate"] == 40 and fl["instances"] == math.ceil(40 / fl["requests_per_s_per_instance"]) > 1
+    light = plan("llama-3.1-8b", "--gpu", "H100", "--prompt", "500-3000", "--output", "100-800", "-n", "400",
+                 "--rate", "2", "--json")
+    assert light["latency"]["kept_up"] is True and light["fleet"]["instances"] == 1
+    assert light["latency"]["requests_per_s"] == pytest.approx(2, rel=0.25)  # it serves what arrives
+
+
+def test_rate_users_and_burst_are_exclusive():
+    err = plan("llama-3.1-8b", "--gpu", "H100", "--prompt", "100", "--output", "5", "--rate", "3", "--users", "4",
+               code=2)
+    assert "give one" in err
+    assert "is not a rate" in plan("llama-3.1-8b", "--gpu", "H100", "--prompt", "100", "--output", "5", "--rate",
+                                   "fast", code=2)
+    assert "--bandwidth" in plan("llama-3.1-8b", "--gpu", "24GB", "--prompt", "100", "--output", "5", "--rate", "3",
+                                 code=2)
