@@ -727,8 +727,9 @@ def parse_file(path: str) -> FileReport:
 class _Resolver:
     """GPU selections and loaded models, each resolved once for all deployments of all files."""
 
-    def __init__(self, offline: bool):
+    def __init__(self, offline: bool, timeout: float | None = None):
         self.offline = offline
+        self.timeout = timeout
         self.gpus: dict[str, Any] = {}
         self.models: dict[tuple[str, str | None], Any] = {}
 
@@ -745,7 +746,7 @@ class _Resolver:
     def model_options(self, model: str, revision: str | None) -> Any:
         from kvplan.sizing import ModelOptions
 
-        return ModelOptions(model, revision, True if self.offline else None)
+        return ModelOptions(model, revision, True if self.offline else None, timeout=self.timeout)
 
     def model(self, model: str, revision: str | None) -> Any:
         from kvplan.sizing import load_spec
@@ -903,7 +904,8 @@ def _judge(dep: Deployment, r: Any, sel: Any, tp: int, pp: int, ctx: int, batch:
                             figures, binding, tuple(reqs), tuple(warnings))
 
 
-def run(paths: list[str], *, only: list[str] | None = None, offline: bool = False) -> CheckReport:
+def run(paths: list[str], *, only: list[str] | None = None, offline: bool = False,
+        timeout: float | None = None) -> CheckReport:
     """Check every deployment of every file (or only those named); problems of every file are collected."""
     files = [parse_file(p) for p in paths]
     wanted = set(only or ())
@@ -913,7 +915,7 @@ def run(paths: list[str], *, only: list[str] | None = None, offline: bool = Fals
         if unknown and all(f.valid for f in files):
             have = ", ".join(sorted(n for n in known if n)) or "none"
             raise InputError(f"--only: no deployment named {', '.join(map(repr, unknown))} (deployments: {have})")
-    res = _Resolver(offline)
+    res = _Resolver(offline, timeout)
     for f in files:
         for dep in f.deployments:
             if wanted and dep.get("name") not in wanted:

@@ -285,7 +285,7 @@ def fit(
                          weight_dtype=weight_dtype, tp="1", pp="1", knobs=knobs)
     report = planner.fit(
         [model] if model else None, eo, selection, parse_tokens(ctx, "--ctx") if ctx else None, parse_count(batch, "--batch"),
-        mo_template=mo, kv_budget=parse_bytes(kv_budget, "--kv-budget") if kv_budget else None,
+        mo_template=mo, kv_budget=parse_kv_budget(kv_budget) if kv_budget else None,
         reserve=_parse_reserve(reserve), tp=parse_count(tp, "--tp") if tp else None, pp=parse_count(pp, "--pp") if pp else None,
         headroom=parse_headroom(headroom, "--headroom") if headroom else 0.0,
     )
@@ -296,6 +296,17 @@ def fit(
 
     view = render.fit_one_view(report) if model else render.fit_catalog_view(report)
     render.console().print(view)
+
+
+def parse_kv_budget(text: str) -> int:
+    """--kv-budget: a size; a bare number is bytes, and one too small for a KV block is taken as a missing unit."""
+    from kvplan.units import parse_bytes
+
+    value = parse_bytes(text, "--kv-budget")
+    if value < (1 << 20) and str(text).strip().replace(",", "").isdigit():
+        raise InputError(f"--kv-budget {text}: {value:,} bytes cannot hold a KV block; give a unit, e.g. {text}GiB "
+                         "(a bare number is bytes)")
+    return value
 
 
 def _parse_reserve(text: str | None) -> int | None:
@@ -364,7 +375,7 @@ def plan(
         tpot=parse_seconds(tpot, "--tpot") if tpot else None, ttft=parse_seconds(ttft, "--ttft") if ttft else None,
         rate=parse_rate(rate, "--rate") if rate else None,
         bandwidth=parse_bandwidth(bandwidth, "--bandwidth") if bandwidth else None,
-        kv_budget=parse_bytes(kv_budget, "--kv-budget") if kv_budget else None, reserve=_parse_reserve(reserve),
+        kv_budget=parse_kv_budget(kv_budget) if kv_budget else None, reserve=_parse_reserve(reserve),
         tp=parse_count(tp, "--tp") if tp else None, pp=parse_count(pp, "--pp") if pp else None, burst=burst,
     )
     if json_out:
@@ -383,15 +394,21 @@ def check(
     output: Annotated[Optional[str], typer.Option("--output", "-o", metavar="FILE", help="write the --format report to FILE (the console still gets the table)")] = None,
     only: Annotated[Optional[list[str]], typer.Option("--only", metavar="NAME", help="check only the deployment NAME (repeatable)")] = None,
     offline: Offline = False,
+    timeout: Timeout = None,
     json_out: Annotated[bool, typer.Option("--json", help="the same as --format json")] = False,
 ) -> None:
     from kvplan import check as checks, render
     from kvplan.errors import InputError
 
+    if timeout is not None or os.environ.get("KVPLAN_HUB_TIMEOUT"):  # checked now, as every command does
+        from kvplan import hub as hub_mod
+
+        hub_mod.resolve_timeout(timeout)
+
     fmt = "json" if json_out else fmt.strip().lower()
     if fmt not in checks.FORMATS:
         raise InputError(f"--format {fmt!r} is not known; accepted: {', '.join(checks.FORMATS)}")
-    report = checks.run(files, only=only, offline=offline)
+    report = checks.run(files, only=only, offline=offline, timeout=timeout)
     if fmt == "json":
         text = json.dumps(report.to_json(), indent=2) + "\n"
     elif fmt == "junit":
@@ -442,8 +459,12 @@ def models(
                 rows.append((alias, m.repo_id, m.note or ""))
     if json_out:
         _print_json({"schema": 1, "models": [{"alias": a or None, "id": r, "note": n or None} for a, r, n in rows]})
+    elif not rows:
+        where = "on the Hub" if hub else "in the bundled catalog"
+        sys.stdout.write(f"no model matches {search!r} {where}" + ("" if hub else "; --hub searches the Hub") + "\n")
     else:
-        render.console().print(render.models_view(rows))
+        title = f"Hub search: {search!r}" if hub else None
+        render.console().print(render.models_view(rows, title))
 
 
 @app.command(help="Cache configs and safetensors headers of Hub models so later runs (and CI) work --offline.")
@@ -554,7 +575,7 @@ def _verify_run(engine_name: str, mo: Any, eo: Any, ctx: str | None, batch: int,
     from kvplan.verify import engine_run
 
     result = engine_run.run(engine_name, mo, eo, parse_tokens(ctx, "--ctx") if ctx is not None else None,
-                            parse_bytes(kv_budget, "--kv-budget") if kv_budget is not None else None, device, batch)
+                            parse_kv_budget(kv_budget) if kv_budget is not None else None, device, batch)
     if json_out:
         _print_json(result.to_json())
     else:

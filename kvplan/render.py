@@ -197,8 +197,8 @@ def size_view(r: Any) -> Group:
     return Group(*parts)
 
 
-def models_view(rows: list[tuple[str, str, str]]) -> Table:
-    t = Table(title="bundled catalog (model_configs/)", title_justify="left")
+def models_view(rows: list[tuple[str, str, str]], title: str | None = None) -> Table:
+    t = Table(title=title or "bundled catalog (model_configs/)", title_justify="left")
     t.add_column("alias")
     t.add_column("Hub id")
     t.add_column("note", style="dim")
@@ -236,13 +236,20 @@ def fit_one_view(report: Any) -> Group:
     head.add_row("GPU", f"{g.count} x {g.gpu.name}, CUDA total {fmt_bytes(g.total_bytes)}{est} each")
     head.add_row("model", f"{esc(s.ref.id or s.ref.requested)}  [dim]{s.ref.source}[/dim]")
     head.add_row("engine", f"{report.engine}   tp {report.tp} x pp {report.pp}" + (f"   ({r.replicas} replicas)" if r.replicas > 1 else ""))
+    if not r.weights_fit:
+        head.add_row("fits", f"[red]no: the weights alone ({fmt_bytes(r.weight_bytes)} per GPU) leave no KV memory on "
+                     f"{g.gpu.name}[/red]; more GPUs (NxGPU), a smaller --weight-dtype or a larger GPU would")
+    else:
+        head.add_row("fits", _yes(r.fits) + "   engine would start: " + _yes(c.engine_would_start)
+                     + ("" if c.engine_would_start or not r.fits else
+                        "  [dim](requests of this ctx fit; the engine's start-up check at its max_model_len does not: "
+                        "see warnings)[/dim]"))
     head.add_row("weights / GPU", bytes_cell(r.weight_bytes) + f"  [dim]{s.weight_format.name}[/dim]")
     head.add_row("KV budget / GPU", bytes_cell(r.kv_budget_bytes))
     head.add_row("KV capacity", f"{fmt_int(c.kv_capacity_tokens)} tokens  [dim](as {report.engine} prints it)[/dim]")
     head.add_row(f"at ctx {fmt_int(r.ctx)}", f"max batch {fmt_int(r.max_batch)}" + (f"  [dim](engine cap {fmt_int(c.engine_batch_cap)})[/dim]" if c.engine_batch_cap else "")
                  + (f"   concurrency {c.concurrency:.2f}x" if c.concurrency is not None else ""))
     head.add_row(f"at batch {fmt_int(r.batch)}", f"max ctx {fmt_int(r.max_ctx)}" + (f"  [dim](model max {fmt_int(s.max_ctx)})[/dim]" if s.max_ctx else ""))
-    head.add_row("fits", _yes(r.fits) + "   engine would start: " + _yes(c.engine_would_start))
     budget = Table(title="KV budget (limiting GPU)", title_justify="left", show_header=False)
     budget.add_column()
     budget.add_column(justify="right")
@@ -250,7 +257,7 @@ def fit_one_view(report: Any) -> Group:
         budget.add_row(what, f"{value:+,} B" if value < 0 else f"{value:,} B")
     budget.add_row("[bold]KV budget[/bold]", f"[bold]{r.budgets[0].kv_bytes:,} B[/bold]")
     parts: list[Any] = [Panel(head, title="kvplan fit", title_align="left"), budget]
-    if r.frontier:
+    if r.frontier and r.weights_fit:
         parts.append(frontier_chart(r.frontier))
     for block in (_notes("warnings", r.warnings, "yellow"), _notes("assumptions", r.assumptions, "dim")):
         if block is not None:

@@ -45,3 +45,25 @@ def test_vllm_flag_names_are_aliases():
     assert ours == theirs and theirs["tp"] == 2
     pp = run_cli("fit", "--gpu", "2xL4", "--model", "llama-3.1-8b", "--pipeline-parallel-size", "2", "--json").json()
     assert pp["pp"] == 2
+
+
+def test_a_version_newer_than_the_rules_says_which_rules_it_got():
+    out = run_cli("size", "llama-2-7b", "--engine", "vllm@99", "--json").json()
+    assert out["engine"].startswith("vllm@") and any("newer than any version" in a for a in out["assumptions"])
+    same = run_cli("size", "llama-2-7b", "--engine", "llamacpp@b11434", "--json").json()
+    assert not any("newer than" in a for a in same["assumptions"])  # the oracle's own build is a rule set
+
+
+def test_small_frame_items():
+    ROOT_EXAMPLE = str(ROOT / "examples" / "kvplan.yaml")
+    assert run_cli("check", ROOT_EXAMPLE, "--timeout", "5").code == 1  # the example has a failing deployment
+    bad = run_cli("check", ROOT_EXAMPLE, "--timeout", "-1")
+    assert bad.code == 2 and "--timeout" in bad.err
+    tiny = run_cli("fit", "--gpu", "24GB", "--kv-budget", "5")
+    assert tiny.code == 2 and "give a unit" in tiny.err
+    none = run_cli("models", "--search", "zzzz")
+    assert none.code == 0 and none.out.strip() == "no model matches 'zzzz' in the bundled catalog; --hub searches the Hub"
+    t4 = run_cli("fit", "--gpu", "T4", "--model", "llama-3.1-8b")
+    lines = [line for line in t4.out.splitlines() if "│" in line]
+    assert "fits" in lines[3] and "weights alone" in lines[3]  # the verdict comes before the figures
+    assert "frontier" not in t4.out

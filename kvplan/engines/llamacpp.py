@@ -40,6 +40,7 @@ VERSIONS = [
     ("b5000", Rules(False, False, True)),
     ("b7000", Rules(True, True, True)),
     ("b7800", Rules(True, True, False)),
+    ("b11434", Rules(True, True, False)),  # the build the engine oracle runs (tests/test_engine_llamacpp.py): b7800's rules hold
 ]
 KV_DTYPES = ("fp32", "fp16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")  # cache dtypes this engine can store
 KNOBS = knob_table(
