@@ -22,6 +22,29 @@ from kvplan import catalog, engines
 from kvplan.errors import EnvironmentProblem, InputError, KvplanError
 from kvplan.units import parse_count, parse_tokens
 
+class GroupedCommand(typer.core.TyperCommand):
+    """Plain (never cut) click help, with the options grouped under their panel names: Options, Workload, Engine and
+    layout, the engine knobs, Budget, Output, Model."""
+
+    def format_options(self, ctx: Any, formatter: Any) -> None:
+        args, groups = [], {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is None:
+                continue
+            if param.param_type_name == "argument":
+                args.append(record)
+            else:
+                groups.setdefault(getattr(param, "rich_help_panel", None) or "Options", []).append(record)
+        if args:
+            with formatter.section("Arguments"):
+                formatter.write_dl(args)
+        order = ["Options", "Workload (plan)", "Engine and layout", _KNOBS_PANEL, "Budget", "Output", "Model"]
+        for name in sorted(groups, key=lambda g: order.index(g) if g in order else len(order)):
+            with formatter.section(name):
+                formatter.write_dl(groups[name])
+
+
 app = typer.Typer(
     name="kvplan",
     help="Exact KV-cache and weight memory for LLM inference, and what fits on a GPU.",
@@ -87,23 +110,23 @@ def _root(
 
 # ---------------------------------------------------------------------------------------------- shared options
 _ENGINE_HELP = ", ".join(f"{n} (default)" if n == engines.DEFAULT_ENGINE else n for n in engines.names())
-Engine = Annotated[Optional[str], typer.Option("--engine", "-e", metavar="ENGINE", help=f"{_ENGINE_HELP}; optionally name@version")]
-KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", "--kv-cache-dtype", metavar="DTYPE", help="auto (default), fp16, bf16, fp32, fp8 (fp8_e4m3), fp8_e5m2, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl")]
-KDtype = Annotated[Optional[str], typer.Option("--k-dtype", metavar="DTYPE", help="K cache dtype (overrides --kv-dtype for K)")]
-VDtype = Annotated[Optional[str], typer.Option("--v-dtype", metavar="DTYPE", help="V cache dtype (overrides --kv-dtype for V)")]
-StateDtype = Annotated[Optional[str], typer.Option("--state-dtype", metavar="DTYPE", help="Mamba/linear-attention state dtype (engine default otherwise)")]
-WeightDtype = Annotated[Optional[str], typer.Option("--weight-dtype", metavar="DTYPE", help="fp32, fp16, bf16, fp8, int8, int4 (default: the checkpoint's)")]
-Tp = Annotated[str, typer.Option("--tp", "--tensor-parallel-size", metavar="N", help="tensor-parallel GPUs")]
-Pp = Annotated[str, typer.Option("--pp", "--pipeline-parallel-size", metavar="N", help="pipeline-parallel stages")]
-EncoderLen = Annotated[Optional[str], typer.Option("--encoder-len", metavar="TOKENS", help="encoder positions for cross attention (T5 default n_positions, Whisper 1500)")]
-Mmproj = Annotated[Optional[str], typer.Option("--mmproj", metavar="GGUF", help="GGUF vision projector (llama.cpp --mmproj): a .gguf path or org/name:file.gguf; its bytes join the weights")]
-Json = Annotated[bool, typer.Option("--json", help="print one JSON object (CONTRACTS.md keys) instead of tables")]
-Revision = Annotated[Optional[str], typer.Option("--revision", metavar="REV", help="Hub revision (branch, tag or commit)")]
-Offline = Annotated[bool, typer.Option("--offline", help="never touch the network: bundled catalog and HF cache only")]
-Refresh = Annotated[bool, typer.Option("--refresh", help="ask the Hub even for bundled or cached models")]
-Hub = Annotated[bool, typer.Option("--hub", help="resolve a bundled Hub id on the Hub instead of the bundled file")]
-Token = Annotated[Optional[str], typer.Option("--token", metavar="TOKEN", help="Hugging Face token (default: HF_TOKEN or the stored login)")]
-Timeout = Annotated[Optional[float], typer.Option("--timeout", metavar="SECONDS", help="seconds to wait for the Hub per lookup (default 10, env KVPLAN_HUB_TIMEOUT)")]
+Engine = Annotated[Optional[str], typer.Option("--engine", "-e", metavar="ENGINE", help=f"{_ENGINE_HELP}; optionally name@version", rich_help_panel="Engine and layout")]
+KvDtype = Annotated[Optional[str], typer.Option("--kv-dtype", "--kv-cache-dtype", metavar="DTYPE", help="auto (default), fp16, bf16, fp32, fp8 (fp8_e4m3), fp8_e5m2, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl", rich_help_panel="Engine and layout")]
+KDtype = Annotated[Optional[str], typer.Option("--k-dtype", metavar="DTYPE", help="K cache dtype (overrides --kv-dtype for K)", rich_help_panel="Engine and layout")]
+VDtype = Annotated[Optional[str], typer.Option("--v-dtype", metavar="DTYPE", help="V cache dtype (overrides --kv-dtype for V)", rich_help_panel="Engine and layout")]
+StateDtype = Annotated[Optional[str], typer.Option("--state-dtype", metavar="DTYPE", help="Mamba/linear-attention state dtype (engine default otherwise)", rich_help_panel="Engine and layout")]
+WeightDtype = Annotated[Optional[str], typer.Option("--weight-dtype", metavar="DTYPE", help="fp32, fp16, bf16, fp8, int8, int4 (default: the checkpoint's)", rich_help_panel="Engine and layout")]
+Tp = Annotated[str, typer.Option("--tp", "--tensor-parallel-size", metavar="N", help="tensor-parallel GPUs", rich_help_panel="Engine and layout")]
+Pp = Annotated[str, typer.Option("--pp", "--pipeline-parallel-size", metavar="N", help="pipeline-parallel stages", rich_help_panel="Engine and layout")]
+EncoderLen = Annotated[Optional[str], typer.Option("--encoder-len", metavar="TOKENS", help="encoder positions for cross attention (T5 default n_positions, Whisper 1500)", rich_help_panel="Model")]
+Mmproj = Annotated[Optional[str], typer.Option("--mmproj", metavar="GGUF", help="GGUF vision projector (llama.cpp --mmproj): a .gguf path or org/name:file.gguf; its bytes join the weights", rich_help_panel="Model")]
+Json = Annotated[bool, typer.Option("--json", help="print one JSON object (CONTRACTS.md keys) instead of tables", rich_help_panel="Output")]
+Revision = Annotated[Optional[str], typer.Option("--revision", metavar="REV", help="Hub revision (branch, tag or commit)", rich_help_panel="Model")]
+Offline = Annotated[bool, typer.Option("--offline", help="never touch the network: bundled catalog and HF cache only", rich_help_panel="Model")]
+Refresh = Annotated[bool, typer.Option("--refresh", help="ask the Hub even for bundled or cached models", rich_help_panel="Model")]
+Hub = Annotated[bool, typer.Option("--hub", help="resolve a bundled Hub id on the Hub instead of the bundled file", rich_help_panel="Model")]
+Token = Annotated[Optional[str], typer.Option("--token", metavar="TOKEN", help="Hugging Face token (default: HF_TOKEN or the stored login)", rich_help_panel="Model")]
+Timeout = Annotated[Optional[float], typer.Option("--timeout", metavar="SECONDS", help="seconds to wait for the Hub per lookup (default 10, env KVPLAN_HUB_TIMEOUT)", rich_help_panel="Model")]
 # engine knobs (each engine accepts only its own; engines/*.py KNOBS declare them, a test keeps these flags equal
 # to that table both ways). Values are read as text and parsed by the knob's kind (Knob.parse), so every command
 # gives the same one-line error for a bad value.
@@ -195,7 +218,8 @@ def _print_json(data: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- size
-@app.command(help="KV cache per token and for batch x ctx, weights and the total, exactly.")
+@app.command(cls=GroupedCommand, help="KV cache per token and for batch x ctx, weights and the total, exactly.\n\n"
+              "Examples: kvplan size llama-3.1-8b --ctx 32k --batch 8;  kvplan size deepseek-v3 --tp 8 --kv-dtype fp8 --json")
 def size(
     model: Annotated[str, typer.Argument(metavar="MODEL", autocompletion=complete_model, help="alias (kvplan models), Hub id org/name, a path to config.json or a .gguf, or org/name:file.gguf")],
     ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", metavar="TOKENS", help="tokens per sequence: 4096, 32k, 1M (default: the model maximum)")] = None,
@@ -231,7 +255,8 @@ def size(
 
 
 # ---------------------------------------------------------------------------------------------- fit
-@app.command(help="What fits on a GPU: max batch at a context, max context at a batch, the frontier; or the whole catalog.")
+@app.command(cls=GroupedCommand, help="What fits on a GPU: max batch at a context, max context at a batch, the frontier; or the whole catalog.\n\n"
+              "Examples: kvplan fit llama-3.1-8b --gpu L4 --ctx 8k;  kvplan fit --gpu 24GB;  kvplan fit qwen3-32b --gpu 2xH100 --kv-budget 60GiB")
 def fit(
     gpu: Annotated[str, typer.Option("--gpu", "-g", metavar="GPU", autocompletion=complete_gpu, help="catalog name (kvplan gpus), a size such as 24GB, or NxGPU such as 8xH100")],
     model_arg: Annotated[Optional[str], typer.Argument(metavar="[MODEL]", autocompletion=complete_model, help="one model, as --model (either form)", show_default=False)] = None,
@@ -240,12 +265,12 @@ def fit(
     batch: Annotated[str, typer.Option("--batch", "-b", metavar="N", help="requests for max ctx")] = "1",
     engine: Engine = None, kv_dtype: KvDtype = None, k_dtype: KDtype = None, v_dtype: VDtype = None,
     state_dtype: StateDtype = None, weight_dtype: WeightDtype = None,
-    tp: Annotated[Optional[str], typer.Option("--tp", "--tensor-parallel-size", metavar="N", help="tensor-parallel GPUs (default: all GPUs of NxGPU)")] = None,
-    pp: Annotated[Optional[str], typer.Option("--pp", "--pipeline-parallel-size", metavar="N", help="pipeline-parallel stages")] = None,
+    tp: Annotated[Optional[str], typer.Option("--tp", "--tensor-parallel-size", metavar="N", help="tensor-parallel GPUs (default: all GPUs of NxGPU)", rich_help_panel="Engine and layout")] = None,
+    pp: Annotated[Optional[str], typer.Option("--pp", "--pipeline-parallel-size", metavar="N", help="pipeline-parallel stages", rich_help_panel="Engine and layout")] = None,
     mmproj: Mmproj = None,
-    kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", metavar="SIZE", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB")] = None,
-    reserve: Annotated[Optional[str], typer.Option("--reserve", metavar="SIZE", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB")] = None,
-    headroom: Annotated[Optional[str], typer.Option("--headroom", metavar="FRACTION", help="share of the KV budget held back before solving, e.g. 10%")] = None,
+    kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", metavar="SIZE", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB", rich_help_panel="Budget")] = None,
+    reserve: Annotated[Optional[str], typer.Option("--reserve", metavar="SIZE", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB", rich_help_panel="Budget")] = None,
+    headroom: Annotated[Optional[str], typer.Option("--headroom", metavar="FRACTION", help="share of the KV budget held back before solving, e.g. 10%", rich_help_panel="Budget")] = None,
     gpu_memory_utilization: GpuMemUtil = None, max_num_seqs: MaxNumSeqs = None, max_model_len: MaxModelLen = None,
     mem_fraction_static: MemFractionStatic = None, max_total_tokens: MaxTotalTokens = None,
     max_running_requests: MaxRunningRequests = None, context_length: ContextLength = None,
@@ -320,28 +345,28 @@ def _parse_reserve(text: str | None) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------- plan
-@app.command(help="Capacity for a traffic mix: requests running at once under vLLM's scheduler, a decode-speed bound, "
+@app.command(cls=GroupedCommand, help="Capacity for a traffic mix: requests running at once under vLLM's scheduler, a decode-speed bound, "
                   "and GPUs for N users at a time per output token.\n\n"
                   "Example: kvplan plan llama-3.1-8b --gpu H100 --prompt 500-3000 --output 100-800 --users 2000 --tpot 30ms")
 def plan(
     model: Annotated[str, typer.Argument(metavar="MODEL", autocompletion=complete_model, help="alias (kvplan models), Hub id org/name, or a path to config.json")],
     gpu: Annotated[str, typer.Option("--gpu", "-g", metavar="GPU", autocompletion=complete_gpu, help="catalog name (kvplan gpus), a size such as 24GB, or NxGPU such as 8xH100")],
-    prompt: Annotated[Optional[str], typer.Option("--prompt", metavar="TOKENS", help="prompt length: 1000, or a range 500-3000 (uniform)")] = None,
-    output: Annotated[Optional[str], typer.Option("--output", metavar="TOKENS", help="output length: 300, or a range 100-800 (uniform)")] = None,
-    requests_file: Annotated[Optional[str], typer.Option("--requests-file", metavar="FILE", help="real request lengths: CSV with a header or JSONL (prompt_tokens/input_tokens, output_tokens/completion_tokens; OpenAI usage objects)")] = None,
-    requests: Annotated[Optional[str], typer.Option("--requests", "-n", metavar="N", help="requests drawn from the ranges (default 1,000)")] = None,
-    shared_prefix: Annotated[Optional[str], typer.Option("--shared-prefix", metavar="TOKENS", help="leading prompt tokens every request shares (a system prompt), cached once with prefix caching")] = None,
-    users: Annotated[Optional[str], typer.Option("--users", "-u", metavar="N", help="concurrent users to serve (closed loop); sizes the fleet")] = None,
-    tpot: Annotated[Optional[str], typer.Option("--tpot", metavar="TIME", help="target time per output token: 30ms, 0.05s (needs --users)")] = None,
-    ttft: Annotated[Optional[str], typer.Option("--ttft", metavar="TIME", help="target time to first token: 500ms, 2s (needs --users; checked against the longest prompt's prefill bound)")] = None,
-    bandwidth: Annotated[Optional[str], typer.Option("--bandwidth", metavar="GB/S", help="memory bandwidth of one GPU in GB/s (default: the catalog's)")] = None,
-    rate: Annotated[Optional[str], typer.Option("--rate", metavar="REQ/S", help="requests per second arriving (Poisson, fixed seed) instead of a closed loop of users; latencies and the instances that sustain it")] = None,
-    burst: Annotated[bool, typer.Option("--burst", help="every request arrives at once (a benchmark run) instead of a closed loop")] = False,
+    prompt: Annotated[Optional[str], typer.Option("--prompt", metavar="TOKENS", help="prompt length: 1000, or a range 500-3000 (uniform)", rich_help_panel="Workload (plan)")] = None,
+    output: Annotated[Optional[str], typer.Option("--output", metavar="TOKENS", help="output length: 300, or a range 100-800 (uniform)", rich_help_panel="Workload (plan)")] = None,
+    requests_file: Annotated[Optional[str], typer.Option("--requests-file", metavar="FILE", help="real request lengths: CSV with a header or JSONL (prompt_tokens/input_tokens, output_tokens/completion_tokens; OpenAI usage objects)", rich_help_panel="Workload (plan)")] = None,
+    requests: Annotated[Optional[str], typer.Option("--requests", "-n", metavar="N", help="requests drawn from the ranges (default 1,000)", rich_help_panel="Workload (plan)")] = None,
+    shared_prefix: Annotated[Optional[str], typer.Option("--shared-prefix", metavar="TOKENS", help="leading prompt tokens every request shares (a system prompt), cached once with prefix caching", rich_help_panel="Workload (plan)")] = None,
+    users: Annotated[Optional[str], typer.Option("--users", "-u", metavar="N", help="concurrent users to serve (closed loop); sizes the fleet", rich_help_panel="Workload (plan)")] = None,
+    tpot: Annotated[Optional[str], typer.Option("--tpot", metavar="TIME", help="target time per output token: 30ms, 0.05s (needs --users)", rich_help_panel="Workload (plan)")] = None,
+    ttft: Annotated[Optional[str], typer.Option("--ttft", metavar="TIME", help="target time to first token: 500ms, 2s (needs --users; checked against the longest prompt's prefill bound)", rich_help_panel="Workload (plan)")] = None,
+    bandwidth: Annotated[Optional[str], typer.Option("--bandwidth", metavar="GB/S", help="memory bandwidth of one GPU in GB/s (default: the catalog's)", rich_help_panel="Workload (plan)")] = None,
+    rate: Annotated[Optional[str], typer.Option("--rate", metavar="REQ/S", help="requests per second arriving (Poisson, fixed seed) instead of a closed loop of users; latencies and the instances that sustain it", rich_help_panel="Workload (plan)")] = None,
+    burst: Annotated[bool, typer.Option("--burst", help="every request arrives at once (a benchmark run) instead of a closed loop", rich_help_panel="Workload (plan)")] = False,
     engine: Engine = None, kv_dtype: KvDtype = None, weight_dtype: WeightDtype = None,
-    tp: Annotated[Optional[str], typer.Option("--tp", "--tensor-parallel-size", metavar="N", help="tensor-parallel GPUs (default: all GPUs of NxGPU)")] = None,
-    pp: Annotated[Optional[str], typer.Option("--pp", "--pipeline-parallel-size", metavar="N", help="pipeline-parallel stages")] = None,
-    kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", metavar="SIZE", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB")] = None,
-    reserve: Annotated[Optional[str], typer.Option("--reserve", metavar="SIZE", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB")] = None,
+    tp: Annotated[Optional[str], typer.Option("--tp", "--tensor-parallel-size", metavar="N", help="tensor-parallel GPUs (default: all GPUs of NxGPU)", rich_help_panel="Engine and layout")] = None,
+    pp: Annotated[Optional[str], typer.Option("--pp", "--pipeline-parallel-size", metavar="N", help="pipeline-parallel stages", rich_help_panel="Engine and layout")] = None,
+    kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", metavar="SIZE", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB", rich_help_panel="Budget")] = None,
+    reserve: Annotated[Optional[str], typer.Option("--reserve", metavar="SIZE", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB", rich_help_panel="Budget")] = None,
     gpu_memory_utilization: GpuMemUtil = None, max_num_seqs: MaxNumSeqs = None, max_model_len: MaxModelLen = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None,
     enable_prefix_caching: PrefixCaching = None,
@@ -387,15 +412,16 @@ def plan(
 
 
 # ---------------------------------------------------------------------------------------------- check
-@app.command(help="CI capacity checks: deployments in YAML must fit (exit 0 all pass, 1 any fails, 2 a file is invalid).")
+@app.command(cls=GroupedCommand, help="CI capacity checks: deployments in YAML must fit (exit 0 all pass, 1 any fails, 2 a file is invalid).\n\n"
+              "Examples: kvplan check kvplan.yaml;  kvplan check a.yaml b.yaml --format junit --output kvplan.xml")
 def check(
     files: Annotated[list[str], typer.Argument(metavar="FILE...", help="kvplan.yaml files (defaults + deployments; README: CI capacity checks)")],
-    fmt: Annotated[str, typer.Option("--format", "-f", metavar="FORMAT", help="table (default), json, junit, github (::error annotations)")] = "table",
-    output: Annotated[Optional[str], typer.Option("--output", "-o", metavar="FILE", help="write the --format report to FILE (the console still gets the table)")] = None,
-    only: Annotated[Optional[list[str]], typer.Option("--only", metavar="NAME", help="check only the deployment NAME (repeatable)")] = None,
+    fmt: Annotated[str, typer.Option("--format", "-f", metavar="FORMAT", help="table (default), json, junit, github (::error annotations)", rich_help_panel="Output")] = "table",
+    output: Annotated[Optional[str], typer.Option("--output", "-o", metavar="FILE", help="write the --format report to FILE (the console still gets the table)", rich_help_panel="Output")] = None,
+    only: Annotated[Optional[list[str]], typer.Option("--only", metavar="NAME", help="check only the deployment NAME (repeatable)", rich_help_panel="Output")] = None,
     offline: Offline = False,
     timeout: Timeout = None,
-    json_out: Annotated[bool, typer.Option("--json", help="the same as --format json")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="the same as --format json", rich_help_panel="Output")] = False,
 ) -> None:
     from kvplan import check as checks, render
     from kvplan.errors import InputError
@@ -435,10 +461,11 @@ def check(
 
 
 # ---------------------------------------------------------------------------------------------- models, gpus
-@app.command(help="List the bundled catalog (every alias and its Hub id), or search it (--search, --hub for the Hub).")
+@app.command(cls=GroupedCommand, help="List the bundled catalog (every alias and its Hub id), or search it (--search, --hub for the Hub).\n\n"
+              "Examples: kvplan models;  kvplan models --search qwen3;  kvplan models --search gemma --hub")
 def models(
     search: Annotated[Optional[str], typer.Option("--search", "-s", metavar="TEXT", help="text to look for in aliases and Hub ids")] = None,
-    hub: Annotated[bool, typer.Option("--hub", help="with --search: search the Hub's model list instead")] = False,
+    hub: Annotated[bool, typer.Option("--hub", help="with --search: search the Hub's model list instead", rich_help_panel="Model")] = False,
     limit: Annotated[int, typer.Option("--limit", metavar="N", help="most Hub results")] = 20,
     json_out: Json = False, token: Token = None, timeout: Timeout = None,
 ) -> None:
@@ -467,7 +494,8 @@ def models(
         render.console().print(render.models_view(rows, title))
 
 
-@app.command(help="Cache configs and safetensors headers of Hub models so later runs (and CI) work --offline.")
+@app.command(cls=GroupedCommand, help="Cache configs and safetensors headers of Hub models so later runs (and CI) work --offline.\n\n"
+              "Example: kvplan pull Qwen/Qwen3-8B meta-llama/Llama-3.1-8B --token $HF_TOKEN")
 def pull(
     models: Annotated[list[str], typer.Argument(help="Hub ids (org/name) or aliases")],
     to: Annotated[Optional[str], typer.Option("--to", metavar="DIR", help="also write a catalog folder (model_configs layout) here")] = None,
@@ -488,7 +516,8 @@ def pull(
                          + (f"  [{p.note}]" if p.note else "") + "\n")
 
 
-@app.command(help="List the GPU catalog (names, aliases, nvidia-smi and CUDA totals, bandwidth); --local: this machine's GPUs.")
+@app.command(cls=GroupedCommand, help="List the GPU catalog (names, aliases, nvidia-smi and CUDA totals, bandwidth); --local: this machine's GPUs.\n\n"
+              "Examples: kvplan gpus;  kvplan gpus --local --json")
 def gpus(
     json_out: Json = False,
     local: Annotated[bool, typer.Option("--local", help="the local CUDA devices (name, NVML and CUDA totals) in the catalog's form, and the entry each matches (needs torch)")] = False,
@@ -512,9 +541,11 @@ def gpus(
 
 
 # ---------------------------------------------------------------------------------------------- verify
-@app.command(help="Check predictions against a live torch allocation (CUDA, or CPU without a GPU): allocate the "
+@app.command(cls=GroupedCommand, help="Check predictions against a live torch allocation (CUDA, or CPU without a GPU): allocate the "
                   "CachePlan and measure it; --fit finds the real limit; --with-model runs transformers' model code. "
-                  "Exit 1 when a check fails. Needs torch: pip install \"kvplan[verify]\".")
+                  "Exit 1 when a check fails. Needs torch: pip install \"kvplan[verify]\".\n\n"
+                  "Examples: kvplan verify llama-3.2-1b --ctx 4096 --batch 2;  kvplan verify gemma-2-9b --with-model;  "
+                  "kvplan verify llama-3.2-1b --run vllm")
 def verify(
     model: Annotated[str, typer.Argument(metavar="MODEL", autocompletion=complete_model, help="alias (kvplan models), Hub id org/name, or a path to config.json")],
     ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", metavar="TOKENS", help="tokens per sequence (default: the model maximum; with --fit: search the largest ctx at --batch)")] = None,
@@ -525,7 +556,7 @@ def verify(
     with_model: Annotated[bool, typer.Option("--with-model", help="run transformers' model code for the config (meta device; a scaled real forward with --device) and compare its cache with the hf layout")] = False,
     rss: Annotated[bool, typer.Option("--rss/--no-rss", help="CPU: touch tensors of >= 1 MiB in a fresh process and check its RSS growth")] = True,
     run_engine: Annotated[Optional[str], typer.Option("--run", metavar="ENGINE", help="start the installed engine on this machine and compare what it sizes with kvplan (exit 1 on a difference): vllm (the model's config, dummy weights: KV tokens, blocks, concurrency; KVPLAN_VLLM_PYTHON picks the Python that has vLLM) or llamacpp (a local .gguf with -np --batch -c batch*ctx: every cache size line)")] = None,
-    kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", metavar="SIZE", help="with --run on CPU: the KV budget handed to vLLM's CPU build, whole GiB (default 1GiB)")] = None,
+    kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", metavar="SIZE", help="with --run on CPU: the KV budget handed to vLLM's CPU build, whole GiB (default 1GiB)", rich_help_panel="Budget")] = None,
     engine: Engine = None, kv_dtype: KvDtype = None, k_dtype: KDtype = None, v_dtype: VDtype = None,
     state_dtype: StateDtype = None, weight_dtype: WeightDtype = None, tp: Tp = "1", pp: Pp = "1",
     encoder_len: EncoderLen = None,

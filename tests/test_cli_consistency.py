@@ -67,3 +67,15 @@ def test_small_frame_items():
     lines = [line for line in t4.out.splitlines() if "│" in line]
     assert "fits" in lines[3] and "weights alone" in lines[3]  # the verdict comes before the figures
     assert "frontier" not in t4.out
+
+
+def test_help_is_grouped_has_examples_and_never_cuts():
+    for command in ("size", "fit", "plan", "check", "models", "pull", "gpus", "verify"):
+        env = {**os.environ, "COLUMNS": "60"}
+        text = subprocess.run([sys.executable, "-m", "kvplan", command, "-h"], capture_output=True, text=True,
+                              env=env, cwd=ROOT, timeout=60).stdout
+        assert "Example" in text and "…" not in text and "<str>" not in text, command
+    fit = run_cli("fit", "-h").out
+    sections = [line for line in fit.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
+    assert sections[:2] == ["Arguments:", "Options:"] and {"Engine and layout:", "Budget:", "Output:", "Model:"} <= set(sections)
+    assert "Workload (plan):" in run_cli("plan", "-h").out
