@@ -395,14 +395,17 @@ def plan(
                   encoder_len=None)
     eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=None, v_dtype=None, state_dtype=None,
                          weight_dtype=weight_dtype, tp="1", pp="1", knobs=knobs)
-    report = serving.plan(
-        mo, eo, selection, work, users=parse_count(users, "--users") if users else None,
-        tpot=parse_seconds(tpot, "--tpot") if tpot else None, ttft=parse_seconds(ttft, "--ttft") if ttft else None,
-        rate=parse_rate(rate, "--rate") if rate else None,
-        bandwidth=parse_bandwidth(bandwidth, "--bandwidth") if bandwidth else None,
-        kv_budget=parse_kv_budget(kv_budget) if kv_budget else None, reserve=_parse_reserve(reserve),
-        tp=parse_count(tp, "--tp") if tp else None, pp=parse_count(pp, "--pp") if pp else None, burst=burst,
-    )
+    from kvplan.progress import waiting
+
+    with waiting(f"replaying {len(work.requests):,} requests through vLLM's scheduler"):
+        report = serving.plan(
+            mo, eo, selection, work, users=parse_count(users, "--users") if users else None,
+            tpot=parse_seconds(tpot, "--tpot") if tpot else None, ttft=parse_seconds(ttft, "--ttft") if ttft else None,
+            rate=parse_rate(rate, "--rate") if rate else None,
+            bandwidth=parse_bandwidth(bandwidth, "--bandwidth") if bandwidth else None,
+            kv_budget=parse_kv_budget(kv_budget) if kv_budget else None, reserve=_parse_reserve(reserve),
+            tp=parse_count(tp, "--tp") if tp else None, pp=parse_count(pp, "--pp") if pp else None, burst=burst,
+        )
     if json_out:
         _print_json(report.to_json())
         return
@@ -434,7 +437,10 @@ def check(
     fmt = "json" if json_out else fmt.strip().lower()
     if fmt not in checks.FORMATS:
         raise InputError(f"--format {fmt!r} is not known; accepted: {', '.join(checks.FORMATS)}")
-    report = checks.run(files, only=only, offline=offline, timeout=timeout)
+    from kvplan.progress import waiting
+
+    with waiting("checking deployments"):
+        report = checks.run(files, only=only, offline=offline, timeout=timeout)
     if fmt == "json":
         text = json.dumps(report.to_json(), indent=2) + "\n"
     elif fmt == "junit":
@@ -587,7 +593,10 @@ def verify(
         raise KvplanError("--kv-budget applies to verify --run (the budget handed to vLLM's CPU build)")
     opts = core.VerifyOptions(device=device, fit=fit_check, with_model=with_model, rss=rss,
                               memory_limit=parse_bytes(memory_limit, "--memory-limit") if memory_limit else None)
-    result = core.run(mo, eo, parse_tokens(ctx, "--ctx") if ctx is not None else None, parse_count(batch, "--batch"),
+    from kvplan.progress import waiting
+
+    with waiting("allocating the predicted cache" + (" and bisecting the real limit" if fit_check else "")):
+        result = core.run(mo, eo, parse_tokens(ctx, "--ctx") if ctx is not None else None, parse_count(batch, "--batch"),
                       opts)
     if json_out:
         _print_json(result.to_json())
@@ -605,7 +614,10 @@ def _verify_run(engine_name: str, mo: Any, eo: Any, ctx: str | None, batch: int,
     from kvplan.units import parse_bytes
     from kvplan.verify import engine_run
 
-    result = engine_run.run(engine_name, mo, eo, parse_tokens(ctx, "--ctx") if ctx is not None else None,
+    from kvplan.progress import waiting
+
+    with waiting(f"starting {engine_name} on the model (importing an engine takes a while)"):
+        result = engine_run.run(engine_name, mo, eo, parse_tokens(ctx, "--ctx") if ctx is not None else None,
                             parse_kv_budget(kv_budget) if kv_budget is not None else None, device, batch)
     if json_out:
         _print_json(result.to_json())

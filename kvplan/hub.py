@@ -146,8 +146,8 @@ class _Offline(Exception):
     """Offline and nothing cached."""
 
 
-def _bounded(fn: Callable[[], T], seconds: float) -> T:
-    """Run fn in a daemon thread and wait at most `seconds`.
+def _bounded(fn: Callable[[], T], seconds: float, message: str = "asking the Hub") -> T:
+    """Run fn in a daemon thread and wait at most `seconds` (a spinner with `message` on a terminal's stderr).
 
     huggingface_hub retries 5xx and timeouts inside hf_hub_download (a 60 s metadata timeout and 5 retries with
     back-off) and streams downloads with its own retries, so per-request timeouts alone do not bound a lookup.
@@ -161,9 +161,12 @@ def _bounded(fn: Callable[[], T], seconds: float) -> T:
         except BaseException as e:  # handed to the caller below
             box["error"] = e
 
+    from kvplan.progress import waiting
+
     worker = threading.Thread(target=run, name="kvplan-hub", daemon=True)
     worker.start()
-    worker.join(seconds)
+    with waiting(message):
+        worker.join(seconds)
     if worker.is_alive():
         raise _Deadline()
     if "error" in box:
@@ -403,7 +406,8 @@ def fetch_config(
     else:
         deadline = time.monotonic() + ctx.timeout
         try:
-            path = _bounded(lambda: _download_config(repo_id, rev, token, ctx.endpoint, deadline), ctx.timeout)
+            path = _bounded(lambda: _download_config(repo_id, rev, token, ctx.endpoint, deadline), ctx.timeout,
+                            f"fetching {repo_id}'s config.json from the Hub")
         except Exception as e:  # explained below
             failure = e
         else:
@@ -538,7 +542,8 @@ def fetch_gguf(
         )
     deadline = time.monotonic() + ctx.timeout
     try:
-        header, commit = _bounded(lambda: _remote_gguf(repo_id, filename, rev, token, ctx, deadline), ctx.timeout)
+        header, commit = _bounded(lambda: _remote_gguf(repo_id, filename, rev, token, ctx, deadline), ctx.timeout,
+                                  f"reading {filename}'s header from the Hub")
     except Exception as e:  # explained below
         why = _explain(e, ctx)
         hit = from_cache((f"{why.error}; using the cached {filename}",)) if why.cache_ok else None
@@ -836,7 +841,7 @@ def _fetch_record(repo_id: str, ctx: _Ctx, commit: str | None, token: str | None
         shards = sorted(set(weight_map.values()))
         return True, index.get("metadata"), _map_bounded(header, shards, deadline)
 
-    sharded, index_metadata, files = _bounded(fetch, ctx.timeout)
+    sharded, index_metadata, files = _bounded(fetch, ctx.timeout, "reading safetensors headers from the Hub")
     return _record(sharded, index_metadata, files, repo_id, ctx.revision, commit)
 
 
@@ -1028,7 +1033,8 @@ def search_models(
     hf = _hf()
     api = hf.HfApi(endpoint=ctx.endpoint)
     try:
-        found = _bounded(lambda: list(api.list_models(search=text, limit=limit, token=token)), ctx.timeout)
+        found = _bounded(lambda: list(api.list_models(search=text, limit=limit, token=token)), ctx.timeout,
+                         f"searching the Hub for {text!r}")
     except Exception as e:
         raise _explain(e, ctx).error from None
     return [ModelHit(str(m.id), source="hub", match="hub",

@@ -79,3 +79,35 @@ def test_help_is_grouped_has_examples_and_never_cuts():
     sections = [line for line in fit.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
     assert sections[:2] == ["Arguments:", "Options:"] and {"Engine and layout:", "Budget:", "Output:", "Model:"} <= set(sections)
     assert "Workload (plan):" in run_cli("plan", "-h").out
+
+
+def test_waiting_shows_a_spinner_on_a_terminal_and_nothing_in_a_pipe():
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+    import time
+
+    args = ["plan", "llama-3.1-8b", "--gpu", "H100", "--prompt", "500-3000", "--output", "100-800", "--json"]
+    piped = subprocess.run([sys.executable, "-m", "kvplan", *args], capture_output=True, text=True, cwd=ROOT,
+                           timeout=120)
+    assert piped.returncode == 0 and piped.stderr == ""
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "kvplan", *args], stdin=slave, stdout=subprocess.DEVNULL,
+                            stderr=slave, cwd=ROOT, close_fds=True)
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.5)[0]:
+                try:
+                    seen += os.read(master, 4096)
+                except OSError:
+                    break
+    finally:
+        proc.kill()
+        os.close(master)
+    assert b"replaying 1,000 requests through vLLM's scheduler" in seen, seen[-300:]
