@@ -316,6 +316,7 @@ class Quantization:
     block: tuple[int, ...] | None = None
     excluded: tuple[str, ...] = ()
     kv_dtype_hint: str | None = None
+    per_tensor_scale: bool = False  # fp8 with one fp32 scale per tensor (ModelOpt), not per output channel
 
 
 # ---------------------------------------------------------------------------------------------- model

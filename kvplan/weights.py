@@ -77,6 +77,8 @@ def part_bytes(w: WeightPart, fmt: WeightFormat, float_bytes: int) -> int:
     if q.method == "fp8" and q.block:
         bo, bi = q.block[0], q.block[1] if len(q.block) > 1 else q.block[0]
         per = n + cdiv(out_dim, bo) * cdiv(in_dim, bi) * 4
+    elif q.method == "fp8" and q.per_tensor_scale:
+        per = n + 4
     elif q.method in ("fp8", "int8"):
         per = n + out_dim * 4
     elif q.method == "mxfp4":

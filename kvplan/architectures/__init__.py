@@ -83,7 +83,9 @@ FOREIGN_CACHE_FIELDS: dict[str, tuple[str, ...]] = {
                         "attn_layer_period", "mamba_dt_rank", "ssm_cfg"),
     "short-convolution state": ("conv_L_cache", "conv_bias", "block_dim", "full_attn_idxs"),
     "latent attention": ("kv_lora_rank", "q_lora_rank", "compress_ratios"),
-    "sparse-attention index": ("index_topk", "index_n_heads", "index_head_dim"),
+    "sparse-attention index": ("index_topk", "index_n_heads", "index_head_dim", "sparse_attention_config"),
+    "per-layer attention kinds": ("hybrid_layer_pattern", "swa_num_key_value_heads", "swa_head_dim",
+                                  "swa_num_attention_heads"),
     "shared KV": ("num_kv_shared_layers", "kv_sharing"),
     "cross attention": ("cross_attention_layers",),
 }

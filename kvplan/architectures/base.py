@@ -342,6 +342,10 @@ def quantization(top: Cfg, text: Cfg) -> Quantization | None:
         return None
     method = str(q.get("quant_method", "")).lower()
     kv_hint = _kv_hint(q)
+    algo = str(q.get("quant_algo") or "").upper()
+    if not method and algo == "FP8":  # a ModelOpt FP8 export: fp8 weights, one fp32 scale per tensor
+        return Quantization("fp8", "ModelOpt FP8 weights, one fp32 scale per tensor (quant_algo FP8)", None,
+                            tuple(q.get("ignore") or ()), kv_hint, per_tensor_scale=True)
     if method == "fp8":
         block = q.get("weight_block_size")
         detail = f"fp8 ({q.get('fmt', 'e4m3')}) weights" + (f", fp32 scale per {block[0]}x{block[1]} block" if block else "")
@@ -360,6 +364,8 @@ def quantization(top: Cfg, text: Cfg) -> Quantization | None:
 def _kv_hint(q: dict[str, Any]) -> str | None:
     """KV dtype a checkpoint asks for (compressed-tensors kv_cache_scheme, modelopt kv_cache_quant_algo)."""
     scheme = q.get("kv_cache_scheme")
+    if isinstance(scheme, str) and scheme.upper() == "FP8":  # a ModelOpt export's config.json
+        return "fp8_e4m3"
     if isinstance(scheme, dict):
         if scheme.get("type") == "float" and scheme.get("num_bits") == 8:
             return "fp8_e4m3"

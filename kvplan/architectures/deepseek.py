@@ -84,8 +84,9 @@ def _attention(c: Cfg, layer: int, hidden: int) -> list[WeightPart]:
 def _mlp(c: Cfg, layer: int, hidden: int) -> list[WeightPart]:
     n_routed = int(c.get("n_routed_experts", default=0) or 0)
     first_dense = int(c.get("first_k_dense_replace", default=0))
-    freq = int(c.get("moe_layer_freq", default=1))
-    if n_routed and layer >= first_dense and layer % freq == 0:
+    freq = c.get("moe_layer_freq", default=1)
+    sparse = bool(freq[layer]) if isinstance(freq, list) and layer < len(freq) else layer % int(freq or 1) == 0
+    if n_routed and layer >= first_dense and sparse:
         moe_inter = c.need_int("moe_intermediate_size")
         parts = base.router(layer, hidden, n_routed) + base.experts(layer, hidden, moe_inter, n_routed)
         shared = int(c.get("n_shared_experts", default=0) or 0)

@@ -32,7 +32,8 @@ MAX_LIST = 1 << 20       # entries of a list of names (an fp8 checkpoint's modul
 
 @dataclass(frozen=True)
 class Rule:
-    """What one field accepts. kind: int | number | bool | str | str_list | int_list | object | object_list."""
+    """What one field accepts. kind: int | number | bool | str | str_list | int_list | object | object_list |
+    str_or_object."""
 
     kind: str
     low: int = 0
@@ -49,6 +50,8 @@ class Rule:
             return "a list of strings"
         if self.kind == "object":
             return "an object ({...})"
+        if self.kind == "str_or_object":
+            return "a string or an object ({...})"
         if self.kind == "object_list":
             return f"a list of up to {MAX_LAYERS:,} objects"
         span = f"{self.low:,}..{self.high:,}"
@@ -81,7 +84,7 @@ FIELDS: dict[str, Rule] = {
               "encoder_layers", "num_decoder_layers", "depth"),
     **_fields(_LAYER_COUNT, "num_nextn_predict_layers", "num_kv_shared_layers", "first_k_dense_replace",
               "attn_layer_offset", "attn_layer_period", "expert_layer_offset", "expert_layer_period",
-              "max_window_layers", "decoder_sparse_step", "interleave_moe_layer_step", "moe_layer_freq",
+              "max_window_layers", "decoder_sparse_step", "interleave_moe_layer_step",
               "full_attention_interval", "sliding_window_pattern", "_sliding_window_pattern",
               "no_rope_layer_interval", "num_ln_in_parallel_attn", "altup_num_inputs"),
     **_fields(_HEADS, "num_attention_heads", "n_head", "n_heads", "num_heads", "decoder_attention_heads",
@@ -93,11 +96,15 @@ FIELDS: dict[str, Rule] = {
               "d_kv", "v_head_dim", "qk_rope_head_dim", "kv_lora_rank", "q_lora_rank", "linear_key_head_dim",
               "linear_value_head_dim", "mamba_head_dim", "mamba_d_state", "ssm_state_size", "state_size",
               "mamba_d_conv", "conv_kernel", "linear_conv_kernel_dim", "mamba_expand", "expand",
-              "expansion_ratio", "word_embed_proj_dim", "hidden_size_per_layer_input", "out_hidden_size",
+              "expansion_ratio", "word_embed_proj_dim", "out_hidden_size",
               "projector_input_dim", "projector_output_dim", "vision_output_dim", "image_size", "patch_size",
               "in_channels", "num_channels", "spatial_merge_size", "temporal_patch_size", "num_mel_bins",
               "num_position_embeddings", "relative_attention_num_buckets", "laurel_rank"),
     **_fields(Rule("int", 0, MAX_DIM), "qk_nope_head_dim"),
+    # MiniMax-M3, MiMo-V2-Flash: moe_layer_freq as one 0/1 per layer (DeepSeek's is an interval)
+    **_fields(Rule("int", 0, MAX_LAYERS, per_layer=True), "moe_layer_freq"),
+    # Gemma 4: 0 = no per-layer input embeddings
+    **_fields(Rule("int", 0, MAX_DIM), "hidden_size_per_layer_input"),
     # DeepSeek sparse attention (DSA): the lightning indexer and which layers run their own
     **_fields(_DIM, "index_head_dim"),
     **_fields(_HEADS, "index_n_heads"),
@@ -128,15 +135,19 @@ FIELDS: dict[str, Rule] = {
     **_fields(_TEXT, "model_type", "torch_dtype", "dtype", "quant_method", "feed_forward_proj",
               "hybrid_override_pattern", "rope_type", "kv_cache_quant_algo", "mamba_ssm_dtype",
               "mamba_ssm_cache_dtype"),
-    **_fields(Rule("str_list"), "architectures", "layer_types", "layers_block_type", "modules_to_not_convert"),
+    **_fields(Rule("str_list"), "architectures", "layer_types", "layers_block_type", "modules_to_not_convert",
+              "ignore"),
     **_fields(_FLAG, "bias"),
     **_fields(Rule("int", 1, 64), "bits", "num_bits"),
     **_fields(Rule("int", -1, MAX_DIM), "group_size"),  # GPTQ: -1 = one group per row
     **_fields(_TEXT, "fmt"),
     **_fields(Rule("object"), "text_config", "llm_config", "language_config", "vision_config", "audio_config",
-              "quantization_config", "kv_cache_scheme", "attn_config", "ffn_config", "rope_scaling",
+              "quantization_config", "attn_config", "ffn_config", "rope_scaling",
               "rope_parameters"),
     **_fields(Rule("object_list"), "block_configs"),
+    # compressed-tensors writes an object ({type, num_bits}); ModelOpt exports a string ("FP8")
+    **_fields(Rule("str_or_object"), "kv_cache_scheme"),
+    **_fields(_TEXT, "quant_algo"),
     **_fields(Rule("int_list", 0, MAX_POSITIONS), "mlp_only_layers", "no_rope_layers", "deepstack_visual_indexes",
               "moe_layers"),
     **_fields(Rule("int_list", 1, MAX_DIM), "weight_block_size"),
@@ -148,7 +159,7 @@ SCOPED: dict[str, dict[str, Rule]] = {
     "rope_parameters": _ROPE,
     "block_configs": {"attention": Rule("object"), "ffn": Rule("object"), "ffn_mult": Rule("number", 0, 1 << 10)},
 }
-CONTAINERS = ("object", "object_list")
+CONTAINERS = ("object", "object_list", "str_or_object")
 
 
 def validate(config: dict[str, Any], where: str = "config") -> dict[str, Any]:
@@ -198,6 +209,9 @@ def _check(value: Any, rule: Rule, where: str) -> Any:
             return value
     elif rule.kind == "object":
         if isinstance(value, dict):
+            return value
+    elif rule.kind == "str_or_object":
+        if isinstance(value, dict) or (isinstance(value, str) and len(value) <= MAX_TEXT):
             return value
     elif rule.kind == "object_list":
         if isinstance(value, list) and len(value) <= MAX_LAYERS and all(isinstance(v, dict) for v in value):
