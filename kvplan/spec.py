@@ -69,6 +69,9 @@ class FullAttention(LayerCache):
 class SlidingWindow(FullAttention):
     kind: ClassVar[str] = "sliding"
     window: int = 0
+    # transformers' window where its config class differs from the engines' reading of the same config
+    # (MiMo-V2-Flash: sliding_window_size + 1, the reference implementation's query-plus-window); 0 = window
+    hf_window: int = 0
 
     @property
     def span(self) -> int | None:

@@ -198,6 +198,10 @@ MODELS: dict[str, Model] = {
     "gemma-3-4b": Model("google--gemma-3-4b-it", {}, "multimodal Gemma3ForConditionalGeneration, text_config 34 layers 5:1, window 1024"),
     "gpt-oss-20b": Model("openai--gpt-oss-20b", {"hidden_size": 256},
                          "24 layers alternating sliding 128 / full (layer_types), sinks, GQA 64/8, head_dim 64"),
+    "mimo-v2-flash": Model("XiaomiMiMo--MiMo-V2-Flash", {
+        "num_hidden_layers": 6, "hidden_size": 256, "hybrid_layer_pattern": [0, 1, 1, 1, 1, 0],
+        "moe_layer_freq": [0, 1, 1, 1, 1, 1]},
+        "6 layers: 2 full (64/4 heads, K 192 / V 128) + 4 sliding 128 (64/8 heads, sinks), MoE"),
     # chunked local attention
     "llama-4-scout": Model("meta-llama--Llama-4-Scout-17B-16E-Instruct", {"num_hidden_layers": 8, "hidden_size": 256,
                                                                           # 10,485,760 rotary positions cost ~15 s per

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kvplan.architectures import (
-    base, classic, defaults, decoder, deepseek, encdec, gemma, gpt_oss, hybrid, llama4, nemotron_nas, schema, vision,
+    base, classic, defaults, decoder, deepseek, encdec, gemma, gpt_oss, hybrid, llama4, mimo, nemotron_nas, schema, vision,
 )
 from kvplan.architectures.base import Cfg
 from kvplan.errors import ConfigError
@@ -52,6 +52,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("gemma3n", _mt("gemma3n", "gemma3n_text"), gemma.gemma3n),
     Family("gemma", _mt("gemma", "gemma2", "gemma3", "gemma3_text"), gemma.build),
     Family("gpt-oss", _mt("gpt_oss"), gpt_oss.build),
+    Family("mimo-v2-flash", _mt("mimo_v2_flash"), mimo.build),
     Family("llama4", _mt("llama4", "llama4_text"), llama4.build),
 )
 DEFAULT = Family("decoder", lambda top, text: True, decoder.build)

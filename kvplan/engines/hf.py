@@ -62,7 +62,8 @@ class KVLayer:
     def tokens(self, c: FullAttention, ctx: int) -> int:
         if self.fixed:
             return c.span
-        return min(ctx, c.span - 1) if self.keep else ctx
+        span = getattr(c, "hf_window", 0) or c.span
+        return min(ctx, span - 1) if self.keep else ctx
 
     def tensors(self, c: FullAttention, ctx: int, batch: int, p: "Prepared") -> list:
         s = self.tokens(c, ctx)
