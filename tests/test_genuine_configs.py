@@ -16,7 +16,6 @@ DATA = Path(__file__).with_name("data") / "aic-configs"
 
 @pytest.mark.parametrize("name, fields", [
     ("MiniMaxAI--MiniMax-M3", "sparse_attention_config"),
-    ("XiaomiMiMo--MiMo-V2-Flash", "hybrid_layer_pattern"),
     ("google--gemma-4-26B-A4B", "num_kv_shared_layers"),
     ("deepseek-ai--DeepSeek-V4-Flash", "compress_ratios"),
 ])
@@ -39,3 +38,15 @@ def test_a_modelopt_fp8_export_reads_its_quantization():
     expected = layers * (per_layer + 2 * norms) + 2 * (2 * vocab * hidden) + 2 * hidden
     assert out["weight_bytes"] == expected
     assert out["kv_bytes"] == 8192 * 2 * layers * kv * hd * 1
+
+
+def test_mimo_v2_flash_is_sized_by_its_own_family():
+    """hybrid_layer_pattern: 9 full layers (4 KV heads x (192 + 128)) and 39 sliding-128 layers (8 KV heads); vLLM
+    holds window - 1 + max_num_batched_tokens tokens for the sliding ones (block-rounded)."""
+    out = run_cli("size", str(DATA / "XiaomiMiMo--MiMo-V2-Flash_config.json"), "--ctx", "32k", "--json").json()
+    groups = {g["kind"]: g for g in out["groups"]}
+    assert groups["full"]["layers"] == 9 and groups["sliding"]["layers"] == 39
+    assert out["kv_bytes_per_token"] == 9 * 4 * (192 + 128) * 2  # one more token adds to the full layers only
+    assert groups["full"]["bytes"] == 32768 * 9 * 4 * (192 + 128) * 2
+    assert groups["sliding"]["tokens"] == 4224 and groups["sliding"]["bytes"] == 4224 * 39 * 8 * (192 + 128) * 2
+    assert out["params"] == 308_778_768_832  # transformers 5.24 on meta, same config
