@@ -41,12 +41,13 @@ def test_a_modelopt_fp8_export_reads_its_quantization():
 
 
 def test_mimo_v2_flash_is_sized_by_its_own_family():
-    """hybrid_layer_pattern: 9 full layers (4 KV heads x (192 + 128)) and 39 sliding-128 layers (8 KV heads); vLLM
-    holds window - 1 + max_num_batched_tokens tokens for the sliding ones (block-rounded)."""
+    """hybrid_layer_pattern: 9 full layers (4 KV heads x (192 + 128)) and 39 sliding-128 layers (8 KV heads). vLLM
+    gives both kinds one page (81,920 B: 32 full tokens or 16 sliding ones), puts the 39 sliding layers in 5 groups of
+    9 slots (6 padding slots) and holds cdiv(window - 1 + 2 x 2048 in-flight, 16) + 1 = 265 blocks per sliding slot."""
     out = run_cli("size", str(DATA / "XiaomiMiMo--MiMo-V2-Flash_config.json"), "--ctx", "32k", "--json").json()
     groups = {g["kind"]: g for g in out["groups"]}
     assert groups["full"]["layers"] == 9 and groups["sliding"]["layers"] == 39
     assert out["kv_bytes_per_token"] == 9 * 4 * (192 + 128) * 2  # one more token adds to the full layers only
     assert groups["full"]["bytes"] == 32768 * 9 * 4 * (192 + 128) * 2
-    assert groups["sliding"]["tokens"] == 4224 and groups["sliding"]["bytes"] == 4224 * 39 * 8 * (192 + 128) * 2
+    assert groups["sliding"]["tokens"] == 4224 and groups["sliding"]["bytes"] == 5 * 9 * 265 * 81_920
     assert out["params"] == 308_778_768_832  # transformers 5.24 on meta, same config
