@@ -643,6 +643,11 @@ def plan_view(p: Any) -> Group:
     head.add_row("running at once", f"median {fmt_int(run.p50_running)}  (p10 {fmt_int(run.p10_running)}, p90 "
                  f"{fmt_int(run.p90_running)}, peak {fmt_int(run.peak_running)})")
     head.add_row("preemptions", f"{fmt_int(run.preemptions)} ({fmt_int(run.preempted_requests)} requests)")
+    sc = p.to_json().get("static_comparison")
+    if sc:
+        head.add_row("paged vs static", f"paged blocks leave {sc['paged_waste']:.1%} of what a request holds unused; a "
+                     f"static cache sized for the longest request ({fmt_int(sc['static_reserved_tokens'])} tokens) "
+                     f"leaves {sc['static_waste']:.1%} and holds {fmt_int(sc['static_requests_at_once'])} requests at once")
     if p.step_bound:
         head.add_row("decode bound", f"{p.step_bound * 1e3:.2f} ms per step at the median batch: "
                      f"<= {1 / p.step_bound:,.1f} tokens/s per request")

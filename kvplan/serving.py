@@ -256,6 +256,7 @@ class PlanReport:
             "weight_bytes": f.weight_bytes, "workload": self.workload.to_json(), "mode": self.mode,
             "users": self.users, "pool": self.pool.to_json(), "run": self.run.to_json(),
             "mean_request_blocks": round(self.mean_request_blocks, 3),
+            "static_comparison": static_comparison(self.pool, self.workload, self.mean_request_blocks),
             "speed": None, "fleet": self.fleet, "rate": self.rate, "latency": self.latency,
             "assumptions": list(self.assumptions), "warnings": list(self.warnings),
         }
@@ -504,6 +505,25 @@ def latency_stats(trace: Trace, reqs: list[SimRequest], rate: float | None,
         mean_first, mean_last = sum(first) / len(first), sum(last) / len(last)
         stats["kept_up"] = not (mean_last > 3 * mean_first and mean_last - mean_first > 1.0)
     return stats
+
+
+def static_comparison(pool: Pool, workload: Workload, mean_blocks: float) -> dict[str, Any] | None:
+    """Paged blocks against a static cache (transformers' StaticCache: every slot reserves the longest request):
+    the share of reserved tokens a request does not use on average over its decode, and the requests each layout
+    holds at once in the same pool. Full/latent attention pools only (a token per slot per block)."""
+    groups = pool.settings.groups
+    if not all(g.caches_prefix and g.tokens_per_block for g in groups):
+        return None
+    per_block_tokens = groups[0].tokens_per_block
+    mean_tokens = sum(r.prompt + r.output / 2 for r in workload.requests) / len(workload.requests)
+    longest = workload.longest
+    paged_tokens = mean_blocks / len(groups) * per_block_tokens
+    pool_tokens = pool.usable_blocks // len(groups) * per_block_tokens
+    return {"mean_tokens": round(mean_tokens, 2), "paged_reserved_tokens": round(paged_tokens, 2),
+            "paged_waste": round(1 - mean_tokens / paged_tokens, 4), "static_reserved_tokens": longest,
+            "static_waste": round(1 - mean_tokens / longest, 4),
+            "static_requests_at_once": pool_tokens // longest,
+            "paged_requests_at_once_mean_length": int(pool_tokens // paged_tokens)}
 
 
 def _mean_blocks(pool: Pool, workload: Workload) -> float:

@@ -70,7 +70,8 @@ class Workload:
     def to_json(self) -> dict:
         return {"description": self.description, "requests": len(self.requests), "shared_prefix": self.shared_prefix,
                 "mean_prompt": round(self.mean("prompt"), 2), "mean_output": round(self.mean("output"), 2),
-                "max_prompt": max(r.prompt for r in self.requests), "max_output": max(r.output for r in self.requests)}
+                "max_prompt": max(r.prompt for r in self.requests), "max_output": max(r.output for r in self.requests),
+                "longest_request": self.longest}
 
 
 def sampled(count: int, prompt: Lengths, output: Lengths, shared_prefix: int = 0, seed: int = SEED) -> Workload:

@@ -277,3 +277,16 @@ def test_rate_users_and_burst_are_exclusive():
                                    "fast", code=2)
     assert "--bandwidth" in plan("llama-3.1-8b", "--gpu", "24GB", "--prompt", "100", "--output", "5", "--rate", "3",
                                  code=2)
+
+
+def test_paged_blocks_against_a_static_cache():
+    out = plan("llama-3.1-8b", "--gpu", "H100", "--prompt", "100-3000", "--output", "50-1500", "-n", "300", "--json")
+    sc = out["static_comparison"]
+    mean_tokens = sc["mean_tokens"]
+    assert sc["static_reserved_tokens"] == out["workload"]["longest_request"]  # prompt + output of the longest
+    assert sc["static_waste"] == pytest.approx(1 - mean_tokens / sc["static_reserved_tokens"], abs=1e-4)
+    assert sc["paged_reserved_tokens"] == pytest.approx(out["mean_request_blocks"] * 16, abs=0.01)
+    assert 0 <= sc["paged_waste"] < 0.01 < 0.4 < sc["static_waste"]  # block rounding vs a slot per longest request
+    usable_tokens = out["pool"]["usable_blocks"] * 16
+    assert sc["static_requests_at_once"] == usable_tokens // sc["static_reserved_tokens"]
+    assert plan("gpt-oss-20b", "--gpu", "H100", *SMALL, "--json")["static_comparison"] is None  # windows: no slot model
