@@ -128,6 +128,14 @@ def _plain(cell: Any) -> str:
     return ""
 
 
+def label_grid() -> Table:
+    """The two-column "label  value" grid every panel starts with."""
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    return t
+
+
 def bytes_cell(n: int | None) -> str:
     return "-" if n is None else f"{fmt_int(n)} B ({fmt_bytes(n)})"
 
@@ -146,9 +154,7 @@ def _notes(title: str, lines: Iterable[str], style: str) -> Text | None:
 def size_view(r: Any) -> Group:
     """The result of `kvplan size` (a SizeResult)."""
     s, p = r.setup, r.plan
-    head = Table.grid(padding=(0, 2))
-    head.add_column(style="bold")
-    head.add_column()
+    head = label_grid()
     ref = s.ref
     src = ref.source + (f" ({ref.path})" if ref.source in ("file",) and ref.path else "")
     head.add_row("model", f"{esc(ref.id or ref.requested)}  [dim]{esc(src)}{' @ ' + esc(ref.commit[:12]) if ref.commit else ''}[/dim]")
@@ -228,9 +234,7 @@ def _yes(ok: bool) -> str:
 def fit_one_view(report: Any) -> Group:
     r = report.results[0]
     s, c = r.setup, r.capacity
-    head = Table.grid(padding=(0, 2))
-    head.add_column(style="bold")
-    head.add_column()
+    head = label_grid()
     g = report.gpu
     est = " (estimated)" if g.gpu.cuda_total_estimated else ""
     head.add_row("GPU", f"{g.count} x {g.gpu.name}, CUDA total {fmt_bytes(g.total_bytes)}{est} each")
@@ -466,9 +470,7 @@ def _pass(ok: bool) -> str:
 def verify_view(r: Any) -> Group:
     """The result of `kvplan verify` (kvplan.verify.core.VerifyResult)."""
     s, p, a, d = r.setup, r.plan, r.alloc, r.device
-    head = Table.grid(padding=(0, 2))
-    head.add_column(style="bold")
-    head.add_column()
+    head = label_grid()
     ref = s.ref
     head.add_row("model", f"{esc(ref.id or ref.requested)}  [dim]{ref.source}[/dim]")
     head.add_row("engine", p.engine + (f"   tp {s.tp} x pp {s.pp} (one GPU's share)" if s.tp > 1 or s.pp > 1 else ""))
@@ -567,9 +569,7 @@ def local_gpus_view(devices: list[dict[str, Any]]) -> Group:
 
     parts: list[Any] = []
     for d in devices:
-        t = Table.grid(padding=(0, 2))
-        t.add_column(style="bold")
-        t.add_column()
+        t = label_grid()
         t.add_row("device", f"cuda:{d['index']}  {d['name']}  [dim](compute {d['compute_capability']})[/dim]")
         t.add_row("CUDA total", bytes_cell(d["cuda_total_bytes"]) + "  [dim](torch total_memory)[/dim]")
         t.add_row("cudaMemGetInfo", f"total {bytes_cell(d['mem_get_info_total_bytes'])}, free {bytes_cell(d['free_bytes'])}")
@@ -588,9 +588,7 @@ def local_gpus_view(devices: list[dict[str, Any]]) -> Group:
 
 def engine_run_view(r: Any) -> Group:
     """`kvplan verify --run ENGINE` (kvplan.verify.engine_run.EngineRunResult): the engine's figures beside kvplan's."""
-    head = Table.grid(padding=(0, 2))
-    head.add_column(style="bold")
-    head.add_column()
+    head = label_grid()
     ref = r.model
     head.add_row("model", f"{esc(ref.id or ref.requested)}  [dim]{ref.source}[/dim]")
     head.add_row("engine", f"{r.engine} on {r.device}, started in {r.seconds:.1f} s  [dim](kvplan rules {r.kvplan_engine})[/dim]")
@@ -621,9 +619,7 @@ def plan_view(p: Any) -> Group:
     """`kvplan plan`: the pool, the replay, the speed bound by batch and (with --users) the fleet."""
     f, run, pool = p.fit, p.run, p.pool
     s = f.setup
-    head = Table.grid(padding=(0, 2))
-    head.add_column(style="bold")
-    head.add_column()
+    head = label_grid()
     g = f.gpu
     head.add_row("GPU", f"{g.count} x {g.gpu.name}")
     head.add_row("model", f"{esc(s.ref.id or s.ref.requested)}  [dim]{s.ref.source}[/dim]")
@@ -683,9 +679,7 @@ def plan_view(p: Any) -> Group:
             parts.append(Text(f"cache reads overtake weight reads from batch {p.crossover_batch:,}", style="dim"))
     fl = p.fleet
     if fl:
-        t = Table.grid(padding=(0, 2))
-        t.add_column(style="bold")
-        t.add_column()
+        t = label_grid()
         if fl.get("rate") is not None:
             t.add_row("load", f"{fl['rate']:g} requests/s; one instance sustains at most "
                       f"{fl['requests_per_s_per_instance']:,.2f}/s (saturated, step bounds)")
