@@ -179,12 +179,15 @@ def size_view(r: Any) -> Group:
     totals = Table.grid(padding=(0, 2))
     totals.add_column(style="bold")
     totals.add_column(justify="right")
-    totals.add_row("KV cache", bytes_cell(p.kv_bytes))
-    totals.add_row("KV per token", bytes_cell(p.kv_bytes_per_token) + "  [dim](one more token of one sequence)[/dim]")
+    split = s.tp > 1 or s.pp > 1
+    per = " / GPU" if split else ""  # tp/pp: the limiting GPU's share (CONTRACTS.md), said in the label
+    totals.add_row("KV cache" + per, bytes_cell(p.kv_bytes))
+    totals.add_row("KV per token" + per, bytes_cell(p.kv_bytes_per_token) + "  [dim](one more token of one sequence)[/dim]")
     params = fmt_int(s.spec.params)
     extra = [f"{k} {fmt_int(s.spec.params_of(k))}" for k in ("vision", "encoder") if s.spec.params_of(k)]
-    totals.add_row("parameters", params + (f"  [dim]({', '.join(extra)})[/dim]" if extra else ""))
-    totals.add_row("weights", bytes_cell(r.weight_bytes) + f"  [dim]{s.weight_format.name}[/dim]")
+    totals.add_row("parameters" + (" (whole model)" if split else ""),
+                   params + (f"  [dim]({', '.join(extra)})[/dim]" if extra else ""))
+    totals.add_row("weights" + per, bytes_cell(r.weight_bytes) + f"  [dim]{s.weight_format.name}[/dim]")
     gguf, mmproj = s.resolved.extras.get("gguf"), s.resolved.extras.get("mmproj")
     if gguf is not None:
         from kvplan.sizing import quant_mix_text
@@ -192,8 +195,8 @@ def size_view(r: Any) -> Group:
         totals.add_row("quant mix", quant_mix_text(gguf))
     if mmproj is not None:
         totals.add_row("mmproj", bytes_cell(mmproj.weight_bytes()) + "  [dim](in weights)[/dim]")
-    totals.add_row("total", bytes_cell(r.total_bytes))
-    if s.tp > 1 or s.pp > 1:
+    totals.add_row("total" + per, bytes_cell(r.total_bytes))
+    if split:
         totals.add_row("KV, all GPUs", bytes_cell(p.kv_bytes_all_gpus))
 
     parts: list[Any] = [Panel(head, title="kvplan size", title_align="left"), groups, totals]
@@ -671,9 +674,13 @@ def plan_view(p: Any) -> Group:
         t = Table(title="decode-step bound by batch (requests at mean prompt + half their output)", title_justify="left")
         for col in ("batch", "weights read", "cache read", "step (ms)", "tok/s per request", "tok/s total"):
             t.add_column(col, justify="right")
+        t.add_column("total tok/s (bar)")
+        top = max(r.batch / r.step_seconds for r in p.speed_table)
         for r in p.speed_table:
+            total = r.batch / r.step_seconds
+            bar = "[cyan]" + "█" * max(1, round(24 * total / top)) + "[/cyan]"
             t.add_row(fmt_int(r.batch), fmt_bytes(round(r.weight_read)), fmt_bytes(round(r.cache_read)),
-                      f"{r.step_seconds * 1e3:.2f}", f"{r.tokens_per_s_per_request:,.1f}", f"{r.batch / r.step_seconds:,.0f}")
+                      f"{r.step_seconds * 1e3:.2f}", f"{r.tokens_per_s_per_request:,.1f}", f"{total:,.0f}", bar)
         parts.append(t)
         if p.crossover_batch:
             parts.append(Text(f"cache reads overtake weight reads from batch {p.crossover_batch:,}", style="dim"))
