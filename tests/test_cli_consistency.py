@@ -111,3 +111,11 @@ def test_waiting_shows_a_spinner_on_a_terminal_and_nothing_in_a_pipe():
         proc.kill()
         os.close(master)
     assert b"replaying 1,000 requests through vLLM's scheduler" in seen, seen[-300:]
+
+
+def test_the_v0_engine_budget_is_refused_not_overstated():
+    """vLLM < 0.8 profiles at max_model_len tokens (issue 13: +99% capacity before); with a budget it is planned."""
+    r = run_cli("fit", "llama-3.1-8b", "--gpu", "A100-80GB", "--engine", "vllm@0.6")
+    assert r.code == 2 and "V0 engine" in r.err and "--kv-budget" in r.err
+    ok = run_cli("fit", "llama-3.1-8b", "--gpu", "A100-80GB", "--engine", "vllm@0.6", "--kv-budget", "40GiB", "--json")
+    assert ok.code == 0 and ok.json()["results"][0]["kv_budget_source"] == "flag"

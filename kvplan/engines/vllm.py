@@ -710,6 +710,11 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
     import math
 
     rules = prepared.selected.rules
+    requested = prepared.selected.requested
+    if requested and reserve is None and version_key(requested) < (0, 8):
+        raise InputError(f"vllm@{requested} is the V0 engine, which profiles a forward of max_model_len tokens; kvplan "
+                         "does not model that budget (it would overstate the cache). Give --kv-budget (the KV memory "
+                         "its log reports: '# GPU blocks: N' x bytes per block) or --reserve, or plan with vllm@0.8+")
     util = float(opts.get("gpu_memory_utilization") or rules.gpu_memory_utilization)
     requested = math.ceil(gpu.cuda_total * util) if rules.gib_round else int(gpu.cuda_total * util)
     parts = [("requested (total x gpu_memory_utilization)", requested), ("weights", -weights)]
