@@ -198,6 +198,8 @@ MODELS: dict[str, Model] = {
     "gemma-3-4b": Model("google--gemma-3-4b-it", {}, "multimodal Gemma3ForConditionalGeneration, text_config 34 layers 5:1, window 1024"),
     "gpt-oss-20b": Model("openai--gpt-oss-20b", {"hidden_size": 256},
                          "24 layers alternating sliding 128 / full (layer_types), sinks, GQA 64/8, head_dim 64"),
+    "minimax-m2.5": Model("MiniMaxAI--MiniMax-M2.5", {"num_hidden_layers": 4, "hidden_size": 256},
+                          "4 layers: GQA 48/8 x 128 with q/k norm over all heads, every layer MoE"),
     "mimo-v2-flash": Model("XiaomiMiMo--MiMo-V2-Flash", {
         "num_hidden_layers": 6, "hidden_size": 256, "hybrid_layer_pattern": [0, 1, 1, 1, 1, 0],
         "moe_layer_freq": [0, 1, 1, 1, 1, 1]},

@@ -51,3 +51,11 @@ def test_mimo_v2_flash_is_sized_by_its_own_family():
     assert groups["full"]["bytes"] == 32768 * 9 * 4 * (192 + 128) * 2
     assert groups["sliding"]["tokens"] == 4224 and groups["sliding"]["bytes"] == 5 * 9 * 265 * 81_920
     assert out["params"] == 308_778_768_832  # transformers 5.24 on meta, same config
+
+
+def test_minimax_m2_is_a_moe_decoder_not_a_llama_guess():
+    """Before stop 22 MiniMax-M2 was sized as a llama-style decoder (with a warning): 4.8 billion parameters for a
+    229-billion MoE. Its KV was right; its weights were not."""
+    out = run_cli("size", "minimax-m2.5", "--ctx", "8k", "--json").json()
+    assert out["params"] == 228_689_748_992 and not out["warnings"]  # transformers 5.24 on meta, same config
+    assert out["kv_bytes_per_token"] == 62 * 2 * 8 * 128 * 2

@@ -36,6 +36,9 @@ QUIRKS: dict[str, Quirks] = {
     "llama": Quirks(),
     "mistral": Quirks(),
     "mixtral": Quirks(moe="mixtral"),
+    # MiniMax-M2 / M2.5 / M2.7: every layer a Mixtral-style MoE (sigmoid router, routing bias a buffer), q/k RMSNorm
+    # over all heads (heads x head_dim weights); the MTP modules are not built by transformers and left out
+    "minimax_m2": Quirks(mlp_bias=False, qk_norm="per_head", qk_norm_flag="use_qk_norm", moe="mixtral"),
     "qwen2": Quirks(q_bias=True, k_bias=True, v_bias=True, o_bias=False, mlp_bias=False, sliding="qwen",
                     sliding_gate="use_sliding_window"),
     "qwen2_moe": Quirks(q_bias=True, k_bias=True, v_bias=True, o_bias=False, mlp_bias=False, sliding="qwen",
