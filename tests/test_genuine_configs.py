@@ -18,6 +18,10 @@ DATA = Path(__file__).with_name("data") / "aic-configs"
     ("MiniMaxAI--MiniMax-M3", "sparse_attention_config"),
     ("google--gemma-4-26B-A4B", "num_kv_shared_layers"),
     ("deepseek-ai--DeepSeek-V4-Flash", "compress_ratios"),
+    # Kimi-K3 (kimi_linear text): MLA layers interleaved with KDA linear attention; it was sized as all-MLA before
+    ("moonshotai--Kimi-K3", "linear_attn_config"),
+    # Step-3.7-Flash: an unknown MoE family; its llama-style guess was 10.7 billion parameters
+    ("stepfun-ai--Step-3.7-Flash", "num_experts"),
 ])
 def test_families_not_sized_yet_are_refused_by_what_they_carry(name, fields):
     for command in (["size", str(DATA / f"{name}_config.json")], ["fit", "--gpu", "8xH200", "--model",
@@ -60,3 +64,9 @@ def test_minimax_m2_is_a_moe_decoder_not_a_llama_guess():
     assert out["params"] == 228_689_748_992  # transformers 5.24 on meta, same config
     assert not any("not a family" in w for w in out["warnings"])
     assert out["kv_bytes_per_token"] == 62 * 2 * 8 * 128 * 2
+
+
+def test_qwen3_vl_moe_counts_its_experts_and_its_tower():
+    """qwen3_vl_moe_text was a llama-style guess without its experts, and its qwen3_vl_moe tower was not modelled."""
+    out = run_cli("size", str(DATA / "Qwen--Qwen3-VL-30B-A3B-Instruct_config.json"), "--ctx", "8k", "--json").json()
+    assert out["params"] == 31_070_754_032 and not out["warnings"]  # transformers 5.24 on meta, same config

@@ -87,6 +87,10 @@ FOREIGN_CACHE_FIELDS: dict[str, tuple[str, ...]] = {
     "sparse-attention index": ("index_topk", "index_n_heads", "index_head_dim", "sparse_attention_config"),
     "per-layer attention kinds": ("hybrid_layer_pattern", "swa_num_key_value_heads", "swa_head_dim",
                                   "swa_num_attention_heads"),
+    # not a cache field: the weights of an unknown mixture-of-experts family would be a llama-style guess, off by
+    # the experts (MiniMax-M2 read so: 4.8 of 229 billion parameters)
+    "mixture-of-experts weights": ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts",
+                                   "moe_intermediate_size"),
     "shared KV": ("num_kv_shared_layers", "kv_sharing"),
     "cross attention": ("cross_attention_layers",),
 }
@@ -109,8 +113,8 @@ def _unknown_family(text: Cfg) -> list[str]:
     if found:
         detail = "; ".join(f"{what}: {', '.join(fs)}" for what, fs in found.items())
         raise ConfigError(f"{text.where}: {shown_type} is not a family kvplan knows, and its config carries fields "
-                          f"of a cache kvplan cannot interpret for it ({detail}); kvplan will not size it as plain "
-                          "attention (the README's family table lists what it sizes)")
+                          f"kvplan cannot interpret for it ({detail}); kvplan will not size it as a plain decoder "
+                          "(the README's family table lists what it sizes)")
     window = " (sliding_window applied to every layer)" if text.raw.get("sliding_window") else ""
     return [f"{shown_type} is not a family kvplan knows: sized as a llama-style decoder from its standard fields "
             f"(layers, heads, KV heads, head_dim){window}; check the figure against the model's code"]

@@ -47,6 +47,7 @@ QUIRKS: dict[str, Quirks] = {
     "qwen3_moe": Quirks(mlp_bias=False, qk_norm="head_dim", sliding="qwen", sliding_gate="use_sliding_window",
                         moe="qwen_moe"),
     "qwen3_vl_text": Quirks(mlp_bias=False, qk_norm="head_dim", sliding="none"),
+    "qwen3_vl_moe_text": Quirks(mlp_bias=False, qk_norm="head_dim", sliding="none", moe="qwen_moe"),
     "phi3": Quirks(q_bias=False, k_bias=False, v_bias=False, o_bias=False, mlp_bias=False),
     "cohere": Quirks(mlp_bias=False, norms_per_layer=1, qk_norm="per_head", qk_norm_flag="use_qk_norm",
                      tied_default=True),

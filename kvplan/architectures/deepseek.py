@@ -15,8 +15,15 @@ from kvplan.errors import ConfigError
 from kvplan.spec import IndexerKeys, LatentAttention, SparseLatentAttention, WeightPart
 
 
+# MLA configs that also carry layers this module does not build: Kimi Linear / Kimi-K3 (model_type kimi_linear)
+# interleave KDA linear-attention layers (linear_attn_config) with MLA ones. They are not DeepSeek-style: left to
+# the unknown-family check, which refuses them by those fields rather than size every layer as MLA.
+NOT_DEEPSEEK_FIELDS = ("linear_attn_config",)
+
+
 def is_mla(c: Cfg) -> bool:
-    return c.get("kv_lora_rank") is not None and c.get("qk_rope_head_dim") is not None
+    return (c.get("kv_lora_rank") is not None and c.get("qk_rope_head_dim") is not None
+            and not any(c.get(f) is not None for f in NOT_DEEPSEEK_FIELDS))
 
 
 def is_sparse(c: Cfg) -> bool:

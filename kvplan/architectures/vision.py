@@ -96,6 +96,7 @@ VISION_TOWERS = {
     "qwen3_5_moe": qwen3_vl,
     "qwen3_5_vision": qwen3_vl,  # the same tower under transformers 5.7's names (Qwen3.6 configs)
     "qwen3_5_moe_vision": qwen3_vl,
+    "qwen3_vl_moe": qwen3_vl,  # Qwen3-VL-MoE (30B-A3B, 235B-A22B): the same tower
     "llama4_vision_model": llama4_vision,
 }
 
