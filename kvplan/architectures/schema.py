@@ -103,6 +103,12 @@ FIELDS: dict[str, Rule] = {
     **_fields(Rule("int", 0, MAX_DIM), "qk_nope_head_dim"),
     # MiniMax-M3, MiMo-V2-Flash: moe_layer_freq as one 0/1 per layer (DeepSeek's is an interval)
     **_fields(Rule("int", 0, MAX_LAYERS, per_layer=True), "moe_layer_freq"),
+    # MiMo-V2-Flash: the sliding layers' own heads and window, attention sinks, the full/sliding pattern
+    **_fields(_SPAN, "sliding_window_size"),
+    **_fields(_HEADS, "swa_num_attention_heads", "swa_num_key_value_heads"),
+    **_fields(_DIM, "swa_head_dim", "swa_v_head_dim"),
+    **_fields(_FLAG, "add_swa_attention_sink_bias", "add_full_attention_sink_bias"),
+    **_fields(Rule("int_list", 0, 1), "hybrid_layer_pattern"),
     # Gemma 4: 0 = no per-layer input embeddings
     **_fields(Rule("int", 0, MAX_DIM), "hidden_size_per_layer_input"),
     # DeepSeek sparse attention (DSA): the lightning indexer and which layers run their own
