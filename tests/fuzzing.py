@@ -315,7 +315,9 @@ FRACTION_KEYS = {"concurrency", "gpu_memory_utilization", "mem_fraction_static",
                  "mean_running", "mean_prompt", "mean_output", "mean_request_blocks", "tokens_per_s_per_request",
                  "tokens_per_s_per_request_bound", "step_seconds_bound",
                  # gpus: dense TFLOPS by dtype, as vendors state them (decimals)
-                 "bf16", "fp16", "fp8", "flops_per_s"}
+                 "bf16", "fp16", "fp8", "flops_per_s",
+                 # plan static_comparison: averages and shares
+                 "mean_tokens", "paged_reserved_tokens", "paged_waste", "static_waste"}
 
 
 def _asks_json(argv: list[str]) -> bool:
