@@ -428,6 +428,16 @@ def _m(name: str, arch: str, scales: str, tensors: Callable, **hp: Any) -> Model
     return Model(name, arch, scales, base, tensors)
 
 
+# the scaled MLA + DSA indexer blocks DeepSeek-V3.2 and GLM-5.2 share (64 wide, 4 heads, latent 512 + 64)
+DSA_SCALED = dict(
+    embedding_length=64, feed_forward_length=64, attention__head_count=4, attention__head_count_kv=1,
+    attention__key_length=576, attention__value_length=512, attention__key_length_mla=192,
+    attention__value_length_mla=128, attention__kv_lora_rank=512, attention__q_lora_rank=32,
+    rope__dimension_count=64, leading_dense_block_count=1, expert_count=4, expert_used_count=2,
+    expert_shared_count=1, expert_feed_forward_length=32, expert_gating_func=2,
+    attention__indexer__head_count=4, attention__indexer__key_length=128, attention__indexer__top_k=256)
+
+
 MODELS: dict[str, Model] = {m.name: m for m in (
     # Llama-3.1-8B: 8 kv heads x 128 (kept), 4 of 32 layers; 16 query heads instead of 32 (no cache effect)
     _m("llama-gqa", "llama", "Llama-3.1-8B (GQA 8 kv x 128)", t_llama, block_count=4, embedding_length=64,
@@ -500,22 +510,11 @@ MODELS: dict[str, Model] = {m.name: m for m in (
     # DeepSeek-V3.2 (arch deepseek32): the MLA latent plus a DSA lightning-indexer key cache (key length 128 as
     # the real model; 4 indexer heads instead of 64, which the cache does not store)
     _m("deepseek32", "deepseek32", "DeepSeek-V3.2-Exp (MLA 512 + 64, DSA indexer 128)", t_deepseek32, block_count=4,
-       embedding_length=64, feed_forward_length=64, attention__head_count=4, attention__head_count_kv=1,
-       attention__key_length=576, attention__value_length=512, attention__key_length_mla=192,
-       attention__value_length_mla=128, attention__kv_lora_rank=512, attention__q_lora_rank=32,
-       rope__dimension_count=64, leading_dense_block_count=1, expert_count=4, expert_used_count=2,
-       expert_shared_count=1, expert_feed_forward_length=32, expert_gating_func=2,
-       attention__indexer__head_count=4, attention__indexer__key_length=128, attention__indexer__top_k=256),
+       **DSA_SCALED),
     # GLM-5.2 style (arch glm-dsa): the same blocks; an indexer only on the layers attention.indexer.types marks
     # full (1), so the indexer cache holds 3 of the 6 layers
     _m("glm-dsa", "glm-dsa", "GLM-5.2 (DSA, indexer on layers 0-2 only)", t_deepseek32, block_count=6,
-       embedding_length=64, feed_forward_length=64, attention__head_count=4, attention__head_count_kv=1,
-       attention__key_length=576, attention__value_length=512, attention__key_length_mla=192,
-       attention__value_length_mla=128, attention__kv_lora_rank=512, attention__q_lora_rank=32,
-       rope__dimension_count=64, leading_dense_block_count=1, expert_count=4, expert_used_count=2,
-       expert_shared_count=1, expert_feed_forward_length=32, expert_gating_func=2,
-       attention__indexer__head_count=4, attention__indexer__key_length=128, attention__indexer__top_k=256,
-       attention__indexer__types=[1, 1, 1, 0, 0, 0]),
+       **DSA_SCALED, attention__indexer__types=[1, 1, 1, 0, 0, 0]),
     # Mamba-2.8B: d_inner 2 x embd, conv 4, state 16
     _m("mamba", "mamba", "mamba-2.8b (conv 4, state 16, inner = 2 x embd)", t_mamba, block_count=4,
        embedding_length=64, ssm__conv_kernel=4, ssm__inner_size=128, ssm__state_size=16, ssm__time_step_rank=4),
