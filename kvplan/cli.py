@@ -359,6 +359,7 @@ def plan(
     users: Annotated[Optional[str], typer.Option("--users", "-u", metavar="N", help="concurrent users to serve (closed loop); sizes the fleet", rich_help_panel="Workload (plan)")] = None,
     tpot: Annotated[Optional[str], typer.Option("--tpot", metavar="TIME", help="target time per output token: 30ms, 0.05s (needs --users)", rich_help_panel="Workload (plan)")] = None,
     ttft: Annotated[Optional[str], typer.Option("--ttft", metavar="TIME", help="target time to first token: 500ms, 2s (needs --users; checked against the longest prompt's prefill bound)", rich_help_panel="Workload (plan)")] = None,
+    interconnect: Annotated[Optional[str], typer.Option("--interconnect", metavar="GB/S", help="tensor parallelism: each GPU's link bandwidth in GB/s, one direction (e.g. 450 for NVLink 4); adds all-reduce time to the bounds", rich_help_panel="Workload (plan)")] = None,
     bandwidth: Annotated[Optional[str], typer.Option("--bandwidth", metavar="GB/S", help="memory bandwidth of one GPU in GB/s (default: the catalog's)", rich_help_panel="Workload (plan)")] = None,
     rate: Annotated[Optional[str], typer.Option("--rate", metavar="REQ/S", help="requests per second arriving (Poisson, fixed seed) instead of a closed loop of users; latencies and the instances that sustain it", rich_help_panel="Workload (plan)")] = None,
     burst: Annotated[bool, typer.Option("--burst", help="every request arrives at once (a benchmark run) instead of a closed loop", rich_help_panel="Workload (plan)")] = False,
@@ -403,6 +404,7 @@ def plan(
             tpot=parse_seconds(tpot, "--tpot") if tpot else None, ttft=parse_seconds(ttft, "--ttft") if ttft else None,
             rate=parse_rate(rate, "--rate") if rate else None,
             bandwidth=parse_bandwidth(bandwidth, "--bandwidth") if bandwidth else None,
+            interconnect=parse_bandwidth(interconnect, "--interconnect") if interconnect else None,
             kv_budget=parse_kv_budget(kv_budget) if kv_budget else None, reserve=_parse_reserve(reserve),
             tp=parse_count(tp, "--tp") if tp else None, pp=parse_count(pp, "--pp") if pp else None, burst=burst,
         )

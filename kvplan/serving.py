@@ -98,6 +98,12 @@ class SpeedModel:
     expert_bytes: tuple[tuple[int, int], ...]  # (experts in the tensor set, bytes on one GPU) of routed experts
     experts_per_token: int
     bytes_per_block: int
+    # tensor parallelism: bytes one GPU moves per token through its all-reduces (ring), and its link's bytes/s
+    allreduce_bytes_per_token: float = 0.0
+    link: float = 0.0
+
+    def comm_seconds(self, tokens: int) -> float:
+        return tokens * self.allreduce_bytes_per_token / self.link if self.link else 0.0
 
     def weight_read(self, batch: int) -> float:
         """Weights read by a step of `batch` decoding requests: everything but the routed experts, and of those the
@@ -110,15 +116,34 @@ class SpeedModel:
         return total
 
     def step_seconds(self, batch: int, cache_bytes: float) -> float:
-        return (self.weight_read(batch) + cache_bytes) / self.bandwidth
+        """The longer of the memory read and the step's all-reduces (they may overlap, so not their sum)."""
+        return max((self.weight_read(batch) + cache_bytes) / self.bandwidth, self.comm_seconds(batch))
 
     def to_json(self) -> dict[str, Any]:
         return {"bandwidth_bytes_per_s": self.bandwidth, "bandwidth_source": self.bandwidth_source,
                 "weight_bytes": self.weight_bytes, "routed_expert_bytes": sum(b for _, b in self.expert_bytes),
-                "experts_per_token": self.experts_per_token}
+                "experts_per_token": self.experts_per_token,
+                "interconnect_bytes_per_s": round(self.link) if self.link else None,
+                "allreduce_bytes_per_token": round(self.allreduce_bytes_per_token) if self.link else None}
 
 
-def speed_model(setup, stage: int, bandwidth: float, source: str, bytes_per_block: int) -> SpeedModel:
+ACTIVATION_BYTES = 2  # bf16 / fp16 activations on the wire
+
+
+def allreduce_bytes_per_token(setup, stage: int) -> float:
+    """Megatron-style tensor parallelism: two all-reduces per decoder layer (after attention and after the MLP) of
+    hidden x 2 B per token; a ring all-reduce moves 2 (tp - 1) / tp of that through each GPU's link."""
+    from kvplan.parallel import pp_partition
+
+    tp = setup.tp
+    if tp <= 1:
+        return 0.0
+    layers = len(pp_partition(setup.spec.num_layers, setup.pp)[stage])
+    return 2 * layers * setup.spec.widths.hidden * ACTIVATION_BYTES * 2 * (tp - 1) / tp
+
+
+def speed_model(setup, stage: int, bandwidth: float, source: str, bytes_per_block: int,
+                link: float | None = None) -> SpeedModel:
     from kvplan import weights
 
     spec = setup.spec
@@ -134,7 +159,8 @@ def speed_model(setup, stage: int, bandwidth: float, source: str, bytes_per_bloc
                                       only=lambda w, c=count: w.role in ("expert", "bias") and w.split == "expert" and w.count == c)
             if b:
                 experts.append((count, b * total // cfg_total))
-    return SpeedModel(bandwidth, source, total, tuple(experts), k, bytes_per_block)
+    ar = allreduce_bytes_per_token(setup, stage) if link else 0.0
+    return SpeedModel(bandwidth, source, total, tuple(experts), k, bytes_per_block, ar, float(link or 0) if ar else 0.0)
 
 
 @dataclass(frozen=True)
@@ -191,7 +217,8 @@ class PrefillModel:
     active_params: float  # linear parameters one prompt token multiplies on one GPU
 
     def seconds(self, tokens: int, speed: SpeedModel) -> float:
-        return max(2.0 * tokens * self.active_params / self.flops, speed.weight_read(tokens) / speed.bandwidth)
+        return max(2.0 * tokens * self.active_params / self.flops, speed.weight_read(tokens) / speed.bandwidth,
+                   speed.comm_seconds(tokens))
 
     def to_json(self, speed: SpeedModel, mean_prompt: float, max_prompt: int) -> dict[str, Any]:
         return {"flops_per_s": self.flops, "flops_dtype": self.dtype, "flops_source": self.source,
@@ -295,7 +322,7 @@ def _pool(fit) -> Pool:
 def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workload, *, users: int | None = None,
          tpot: float | None = None, bandwidth: float | None = None, kv_budget: int | None = None,
          reserve: int | None = None, tp: int | None = None, pp: int | None = None, burst: bool = False,
-         ttft: float | None = None, rate: float | None = None) -> PlanReport:
+         ttft: float | None = None, rate: float | None = None, interconnect: float | None = None) -> PlanReport:
     """burst: every workload request arrives at once (a benchmark run). Otherwise a closed loop: `users` users (or,
     without users, enough to saturate one instance) each keep one request in the system."""
     from kvplan import engines, planner
@@ -348,7 +375,15 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
         if gpu.gpu.bandwidth_gbps else (None, ""))
     stage = s.prepared.limiting_stage(fit.ctx)
     if bw:
-        speed = speed_model(s, stage, bw, bw_source, pool.bytes_per_block)
+        speed = speed_model(s, stage, bw, bw_source, pool.bytes_per_block, interconnect)
+        if speed.link:
+            assumptions.append(f"tensor parallel {s.tp}: two all-reduces per layer of hidden x {ACTIVATION_BYTES} B per "
+                               f"token, a ring moving 2(tp-1)/tp of them over --interconnect {speed.link / 1e9:g} GB/s "
+                               "per GPU; a step lasts the longest of its memory, compute and communication bounds "
+                               "(they may overlap)")
+        elif s.tp > 1:
+            assumptions.append(f"tensor parallel {s.tp}: all-reduce time left out of every bound (--interconnect GB/s "
+                               "adds it)")
     else:
         warnings.append(f"no memory bandwidth for {gpu.requested}: the speed side needs --bandwidth GB/s")
     prefill = prefill_model(s, stage, gpu.gpu) if speed is not None else None
@@ -457,7 +492,7 @@ def step_timer(speed: SpeedModel, prefill: PrefillModel | None, bytes_per_block:
     def seconds(tokens: int, decoding: int, held_blocks: int) -> float:
         memory = (speed.weight_read(max(tokens, 1)) + held_blocks * bytes_per_block) / speed.bandwidth
         compute = 2.0 * tokens * prefill.active_params / prefill.flops if prefill is not None else 0.0
-        return max(memory, compute)
+        return max(memory, compute, speed.comm_seconds(tokens))
     return seconds
 
 

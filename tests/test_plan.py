@@ -290,3 +290,19 @@ def test_paged_blocks_against_a_static_cache():
     usable_tokens = out["pool"]["usable_blocks"] * 16
     assert sc["static_requests_at_once"] == usable_tokens // sc["static_reserved_tokens"]
     assert plan("gpt-oss-20b", "--gpu", "H100", *SMALL, "--json")["static_comparison"] is None  # windows: no slot model
+
+
+def test_tensor_parallel_all_reduce_over_a_stated_interconnect():
+    """Two all-reduces per layer of hidden x 2 B per token, a ring moving 2(tp-1)/tp of them: Llama-3.1-8B over tp 2
+    moves 2 x 32 x 4096 x 2 x 2 x 1/2 = 524,288 B per token per GPU. At 0.1 GB/s a step is communication-bound."""
+    args = ("llama-3.1-8b", "--gpu", "2xH100", "--prompt", "1000", "--output", "100", "-n", "50", "--json")
+    slow = plan(*args, "--interconnect", "0.1")
+    sp = slow["speed"]
+    assert sp["allreduce_bytes_per_token"] == 2 * 32 * 4096 * 2 * 2 // 2 and sp["interconnect_bytes_per_s"] == 10**8
+    for row in sp["by_batch"]:
+        assert row["step_seconds"] == pytest.approx(row["batch"] * 524_288 / 1e8, rel=1e-12)
+    fast = plan(*args, "--interconnect", "450")["speed"]  # NVLink-class: memory-bound again
+    plain = plan(*args)["speed"]
+    assert [r["step_seconds"] for r in fast["by_batch"]] == [r["step_seconds"] for r in plain["by_batch"]]
+    assert plain["interconnect_bytes_per_s"] is None
+    assert any("all-reduce time left out" in a for a in plan(*args)["assumptions"])
