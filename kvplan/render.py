@@ -642,7 +642,7 @@ def plan_view(p: Any) -> Group:
     head.add_row("running at once", f"median {fmt_int(run.p50_running)}  (p10 {fmt_int(run.p10_running)}, p90 "
                  f"{fmt_int(run.p90_running)}, peak {fmt_int(run.peak_running)})")
     head.add_row("preemptions", f"{fmt_int(run.preemptions)} ({fmt_int(run.preempted_requests)} requests)")
-    sc = p.to_json().get("static_comparison")
+    sc = p.static
     if sc:
         head.add_row("paged vs static", f"paged blocks leave {sc['paged_waste']:.1%} of what a request holds unused; a "
                      f"static cache sized for the longest request ({fmt_int(sc['static_reserved_tokens'])} tokens) "
@@ -661,14 +661,10 @@ def plan_view(p: Any) -> Group:
         head.add_row("throughput (at best)", f"{lt['requests_per_s']:,.2f} requests/s, {lt['output_tokens_per_s']:,.0f} "
                      "output tokens/s" + ("" if lt.get("kept_up", True) else
                                           "  [red]queue grows: this instance does not keep up[/red]"))
-    if p.prefill is not None and p.speed is not None:
-        pj = p.prefill.to_json(p.speed, 0, 1)
-        from kvplan.serving import _computed_max, _computed_mean
-
-        mean_s = p.prefill.seconds(round(_computed_mean(p.workload, p.pool)), p.speed)
-        max_s = p.prefill.seconds(_computed_max(p.workload, p.pool), p.speed)
+    if p.prefill_seconds is not None:
+        mean_s, max_s = p.prefill_seconds
         head.add_row("prefill bound", f">= {mean_s * 1e3:,.1f} ms for the mean prompt, {max_s * 1e3:,.1f} ms for the "
-                     f"longest  [dim]({pj['flops_dtype']} {pj['flops_per_s'] / 1e12:g} TFLOPS)[/dim]")
+                     f"longest  [dim]({p.prefill.dtype} {p.prefill.flops / 1e12:g} TFLOPS)[/dim]")
     parts: list[Any] = [Panel(head, title="kvplan plan", title_align="left")]
     if p.speed_table:
         t = Table(title="decode-step bound by batch (requests at mean prompt + half their output)", title_justify="left")

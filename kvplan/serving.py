@@ -37,6 +37,16 @@ class Pool:
     def usable_blocks(self) -> int:
         return self.settings.num_blocks - 1
 
+    @property
+    def prefix_caching(self) -> bool:
+        """Prefix caching on and replayed (full/latent attention groups only)."""
+        return self.settings.prefix_caching and all(g.caches_prefix for g in self.settings.groups)
+
+    def saturating_users(self, mean_blocks: float) -> int:
+        """Users that fill the pool half again (capped by max_num_seqs): a closed loop of them shows what one
+        instance holds at once; more users would only wait longer."""
+        return min(self.settings.max_num_seqs, math.ceil(1.5 * self.usable_blocks / max(mean_blocks, 1e-9)) + 4)
+
     def request_blocks(self, tokens: int) -> int:
         return sum(g.blocks_for(tokens) for g in self.settings.groups)
 
@@ -47,7 +57,7 @@ class Pool:
                 "kv_groups": len(s.groups), "kv_budget_bytes": self.kv_budget_bytes,
                 "kv_budget_source": self.kv_budget_source, "max_num_seqs": s.max_num_seqs,
                 "max_num_batched_tokens": s.max_num_batched_tokens, "max_model_len": s.max_model_len,
-                "prefix_caching": s.prefix_caching and all(g.caches_prefix for g in s.groups)}
+                "prefix_caching": self.prefix_caching}
 
 
 @dataclass(frozen=True)
@@ -220,11 +230,10 @@ class PrefillModel:
         return max(2.0 * tokens * self.active_params / self.flops, speed.weight_read(tokens) / speed.bandwidth,
                    speed.comm_seconds(tokens))
 
-    def to_json(self, speed: SpeedModel, mean_prompt: float, max_prompt: int) -> dict[str, Any]:
+    def to_json(self, mean_prompt_seconds: float, max_prompt_seconds: float) -> dict[str, Any]:
         return {"flops_per_s": self.flops, "flops_dtype": self.dtype, "flops_source": self.source,
                 "active_params_per_token": round(self.active_params),
-                "mean_prompt_seconds": self.seconds(round(mean_prompt), speed),
-                "max_prompt_seconds": self.seconds(max_prompt, speed)}
+                "mean_prompt_seconds": mean_prompt_seconds, "max_prompt_seconds": max_prompt_seconds}
 
 
 def prefill_model(setup, stage: int, gpu) -> PrefillModel | None:
@@ -275,6 +284,18 @@ class PlanReport:
     latency: dict[str, Any] | None = None
     rate: float | None = None
 
+    @property
+    def static(self) -> dict[str, Any] | None:
+        return static_comparison(self.pool, self.workload, self.mean_request_blocks)
+
+    @property
+    def prefill_seconds(self) -> tuple[float, float] | None:
+        """The prefill bound for the mean and the longest prompt a request computes (None without a bound)."""
+        if self.prefill is None or self.speed is None:
+            return None
+        return (self.prefill.seconds(round(_computed_mean(self.workload, self.pool)), self.speed),
+                self.prefill.seconds(_computed_max(self.workload, self.pool), self.speed))
+
     def to_json(self) -> dict[str, Any]:
         f = self.fit
         out = {
@@ -283,7 +304,7 @@ class PlanReport:
             "weight_bytes": f.weight_bytes, "workload": self.workload.to_json(), "mode": self.mode,
             "users": self.users, "pool": self.pool.to_json(), "run": self.run.to_json(),
             "mean_request_blocks": round(self.mean_request_blocks, 3),
-            "static_comparison": static_comparison(self.pool, self.workload, self.mean_request_blocks),
+            "static_comparison": self.static,
             "speed": None, "fleet": self.fleet, "rate": self.rate, "latency": self.latency,
             "assumptions": list(self.assumptions), "warnings": list(self.warnings),
         }
@@ -292,8 +313,7 @@ class PlanReport:
                             "tokens_per_s_per_request_bound": round(1 / self.step_bound, 3) if self.step_bound else None,
                             "cache_over_weights_from_batch": self.crossover_batch,
                             "by_batch": [r.to_json() for r in self.speed_table],
-                            "prefill": self.prefill.to_json(self.speed, _computed_mean(self.workload, self.pool),
-                                                            _computed_max(self.workload, self.pool))
+                            "prefill": self.prefill.to_json(*self.prefill_seconds)
                             if self.prefill is not None else None}
         return out
 
@@ -404,9 +424,7 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
         latency = latency_stats(trace, reqs, None) if timing else None
         mode, loop_users = "burst", None
     else:
-        # enough users to fill the pool half again (or all of them, when fewer): the replay shows what one instance
-        # holds at once; more users would only wait longer
-        saturating = min(seqs, math.ceil(1.5 * pool.usable_blocks / max(mean_blocks, 1e-9)) + 4)
+        saturating = pool.saturating_users(mean_blocks)
         loop_users = min(users, saturating) if users is not None else saturating
         reqs = _enough(workload, loop_users * SATURATION_ROUNDS)
         trace = simulate(settings, reqs, users=loop_users, step_seconds=timing)
@@ -429,7 +447,7 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
         assumptions.append(f"prefill: at least 2 FLOPs per active linear parameter per prompt token at the GPU's dense "
                            f"{prefill.dtype} rate (attention scores left out), and no faster than its weights read; "
                            "a lower bound on time to first token, queueing left out"
-                           + (", cached shared-prefix blocks not recomputed" if workload.shared_prefix and pool.to_json()["prefix_caching"] else ""))
+                           + (", cached shared-prefix blocks not recomputed" if workload.shared_prefix and pool.prefix_caching else ""))
     elif speed is not None:
         warnings.append(f"no dense TFLOPS for {gpu.gpu.name} in the catalog: no prefill bound")
     if latency is not None:
@@ -454,7 +472,7 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
                                 "(more tensor parallelism or a faster GPU would)")
     if rate is not None:
         # what one instance sustains: the saturated closed loop's completions per second
-        saturating = min(seqs, math.ceil(1.5 * pool.usable_blocks / max(mean_blocks, 1e-9)) + 4)
+        saturating = pool.saturating_users(mean_blocks)
         sat_reqs = _enough(workload, saturating * SATURATION_ROUNDS)
         sat = simulate(settings, sat_reqs, users=saturating, step_seconds=timing)
         sat_stats = latency_stats(sat, sat_reqs, None, run_stats(sat, len(sat_reqs),
@@ -472,7 +490,7 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
 
 def _computed_prompt(prompt: int, workload: Workload, pool: Pool) -> int:
     """Prompt tokens a request computes: with prefix caching, the shared prefix's whole blocks come cached."""
-    if workload.shared_prefix and pool.to_json()["prefix_caching"]:
+    if workload.shared_prefix and pool.prefix_caching:
         bs = pool.settings.groups[0].block_size
         return max(1, prompt - (workload.shared_prefix // bs) * bs)
     return prompt
