@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
+from kvplan import yaml_files
 from kvplan.errors import ConfigError
 
 
@@ -33,7 +32,7 @@ def catalog_dir() -> Path:
 @lru_cache(maxsize=1)
 def bundled_models() -> tuple[BundledModel, ...]:
     root = catalog_dir()
-    data = yaml.safe_load((root / "aliases.yaml").read_text())
+    data = yaml_files.load(root / "aliases.yaml")
     out = []
     for repo_id, entry in (data.get("models") or {}).items():
         out.append(

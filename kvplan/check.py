@@ -671,7 +671,7 @@ class _FileParser:
             self.at(f or dep.fields[sorted(traffic)[0]], f"traffic keys ({', '.join(sorted(traffic))}) are replayed "
                     f"through vLLM's scheduler; engine {engine_name} is not modelled yet (accepted: vllm)", dep)
         if engine_name is not None:
-            accepted = engines.REGISTRY[engine_name].ENGINE.knobs
+            accepted = engines.LISTINGS[engine_name].knobs
             for key in KNOB_KEYS:
                 kf = dep.fields.get(key)
                 if kf is None or key in accepted:

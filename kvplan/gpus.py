@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
-
+from kvplan import yaml_files
 from kvplan.errors import InputError, shown
 from kvplan.units import MiB, fmt_bytes, parse_bytes
 
@@ -140,7 +139,7 @@ def _gpu_from_entry(entry: dict) -> Gpu:
 
 @lru_cache(maxsize=1)
 def _load() -> tuple[tuple[Gpu, ...], dict[str, Gpu], dict[str, tuple[str, ...]]]:
-    data = yaml.safe_load(CATALOG_PATH.read_text(encoding="utf-8"))
+    data = yaml_files.load(CATALOG_PATH)
     gpus = tuple(_gpu_from_entry(e) for e in data["gpus"])
     by_name = {g.name: g for g in gpus}
     index: dict[str, Gpu] = {}

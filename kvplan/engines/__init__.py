@@ -1,26 +1,47 @@
 """Engine registry: `name[@version]` -> the module that lays out the cache and budgets memory.
 
 Each module in this package declares `ENGINE` (an EngineInfo: names, versions, dtypes, knobs and the rules that
-differ by engine) and `KIND_RULES` (one layout rule per cache class); the registry is built from them, so
-nothing outside the engine modules asks for an engine by name.
+differ by engine) and `KIND_RULES` (one layout rule per cache class); nothing outside the engine modules asks for
+an engine by name. Names, aliases and knobs come from listing.py, so a run imports only the engine it uses.
 """
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kvplan import dtypes
-from kvplan.engines import base, hf, llamacpp, sglang, trtllm, vllm
+from kvplan.engines import base
 from kvplan.engines.base import EngineInfo, EngineModule, GpuContext, Knob, KVDtypes
+from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected
 from kvplan.errors import InputError
 from kvplan.spec import ModelSpec
 
 DEFAULT_ENGINE = "vllm"
-REGISTRY: dict[str, EngineModule] = {m.ENGINE.name: m for m in (vllm, sglang, llamacpp, trtllm, hf)}  # type: ignore[misc]
+
+
+class _Registry(Mapping[str, EngineModule]):
+    """engine name -> its module, imported on first use (a run that sizes for vLLM never loads the other four)."""
+
+    def __getitem__(self, name: str) -> EngineModule:
+        return importlib.import_module(LISTINGS[name].module)  # type: ignore[return-value]
+
+    def __contains__(self, name: object) -> bool:  # Mapping's own would import the module to find out
+        return name in LISTINGS
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(LISTINGS)
+
+    def __len__(self) -> int:
+        return len(LISTINGS)
+
+
+REGISTRY: Mapping[str, EngineModule] = _Registry()
 MODULES = REGISTRY  # the name older callers use
-_ALIASES = {alias: name for name, m in REGISTRY.items() for alias in m.ENGINE.aliases}
+_ALIASES = {alias: row.name for row in LISTINGS.values() for alias in row.aliases}
 
 
 @dataclass(frozen=True)
@@ -39,7 +60,7 @@ class Engine:
 
 
 def names() -> tuple[str, ...]:
-    return tuple(REGISTRY)
+    return tuple(LISTINGS)
 
 
 def split_engine(text: str) -> tuple[str, str | None]:
@@ -64,13 +85,13 @@ def choose(text: str | None) -> Engine:
 def all_knobs() -> dict[str, Knob]:
     """Every engine's knobs by name (a knob name belongs to one engine)."""
     out: dict[str, Knob] = {}
-    for m in REGISTRY.values():
-        out.update(m.ENGINE.knobs)
+    for row in LISTINGS.values():
+        out.update(row.knobs)
     return out
 
 
 def knob_owners(key: str) -> list[str]:
-    return [n for n, m in REGISTRY.items() if key in m.ENGINE.knobs]
+    return [name for name, row in LISTINGS.items() if key in row.knobs]
 
 
 def check_knobs(engine: Engine, opts: dict[str, Any]) -> None:

@@ -11,52 +11,10 @@ from typing import Any, Callable, Mapping, Protocol, Sequence
 
 from kvplan import dtypes
 from kvplan.dtypes import DType
+from kvplan.engines.listing import KNOB_KINDS, Knob, knob_table  # noqa: F401  (re-exported)
 from kvplan.errors import InputError
 from kvplan.parallel import cdiv, heads_floor, pad_to, pp_partition  # noqa: F401  (re-exported for engines)
 from kvplan.spec import LayerCache, ModelSpec
-
-KNOB_KINDS = ("count", "tokens", "fraction", "bool", "dtype")
-
-
-@dataclass(frozen=True)
-class Knob:
-    """An engine flag that changes the layout or budget: CLI --name, YAML name with '_'.
-
-    kind: how a value is written (count: a positive integer; tokens: 8192, 8k; fraction: 0.9 or 90%; bool;
-    dtype: auto or a dtype name).
-    layout: True when it changes the cache layout (size, verify and fit take it), False for budget-only knobs
-    (fit and check only)."""
-
-    name: str
-    kind: str
-    help: str
-    layout: bool = True
-
-    def __post_init__(self) -> None:
-        assert self.kind in KNOB_KINDS, self.kind
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-    def parse(self, value: Any) -> Any:
-        """A value as written on the command line (or already typed) -> the engine's option; one line if wrong."""
-        from kvplan.units import parse_count, parse_fraction, parse_tokens
-
-        if value is None or self.kind == "bool":
-            return value
-        if self.kind == "dtype":
-            from kvplan.dtypes import kv_dtype
-
-            text = str(value).strip()
-            return "auto" if text.lower() == "auto" else kv_dtype(text).name
-        parser = {"count": parse_count, "tokens": parse_tokens, "fraction": parse_fraction}[self.kind]
-        return parser(value, self.flag)
-
-
-def knob_table(*knobs: Knob) -> dict[str, Knob]:
-    return {k.name: k for k in knobs}
-
 
 @dataclass(frozen=True)
 class Request:

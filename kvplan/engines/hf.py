@@ -15,6 +15,7 @@ from typing import Any
 from kvplan import dtypes
 from kvplan.engines import base, layout
 from kvplan.engines.base import EngineInfo, KVDtypes, PlanGroup, tensor
+from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
 from kvplan.parallel import heads_unsplit
@@ -30,7 +31,8 @@ class Rules:
 
 VERSIONS = [("4.57", Rules(False)), ("5.15", Rules(True))]
 KV_DTYPES = ("fp16", "bf16", "fp32")  # cache dtypes this engine can store
-KNOBS: dict[str, Any] = {}
+LISTED = LISTINGS["hf"]
+KNOBS = LISTED.knobs
 
 
 def load_dtype(spec: ModelSpec):
@@ -40,9 +42,9 @@ def load_dtype(spec: ModelSpec):
 
 
 ENGINE = EngineInfo(
-    name="hf", aliases=("transformers", "huggingface"), summary="transformers DynamicCache", versions=VERSIONS,
-    kv_dtypes=KV_DTYPES, knobs=KNOBS, default_kv_dtype=load_dtype, honours_checkpoint_kv=False,
-    uses_vllm_max_ctx=False, weight_float_dtype=load_dtype, heads_per_gpu=heads_unsplit,
+    name=LISTED.name, aliases=LISTED.aliases, summary=LISTED.summary, versions=VERSIONS, kv_dtypes=KV_DTYPES,
+    knobs=KNOBS, default_kv_dtype=load_dtype, honours_checkpoint_kv=False, uses_vllm_max_ctx=False,
+    weight_float_dtype=load_dtype, heads_per_gpu=heads_unsplit,
 )
 
 

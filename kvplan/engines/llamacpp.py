@@ -20,7 +20,8 @@ from typing import Any
 
 from kvplan import dtypes
 from kvplan.engines import base, layout
-from kvplan.engines.base import EngineInfo, Knob, KVDtypes, PlanGroup, knob_table, pad_to, tensor
+from kvplan.engines.base import EngineInfo, KVDtypes, PlanGroup, pad_to, tensor
+from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
 from kvplan.parallel import heads_unsplit
@@ -43,18 +44,13 @@ VERSIONS = [
     ("b11434", Rules(True, True, False)),  # the build the engine oracle runs (tests/test_engine_llamacpp.py): b7800's rules hold
 ]
 KV_DTYPES = ("fp32", "fp16", "bf16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "iq4_nl")  # cache dtypes this engine can store
-KNOBS = knob_table(
-    Knob("ubatch", "count", "-ub: physical batch (SWA cells = window + ubatch; default 512)"),
-    Knob("kv_unified", "bool", "--kv-unified: one cell stream shared by all slots"),
-    Knob("swa_full", "bool", "--swa-full: sliding-window layers get full-size cache"),
-    Knob("flash_attn", "bool", "-fa (older builds pad n_ctx to 256 with it, 32 without)"),
-)
+LISTED = LISTINGS["llamacpp"]
+KNOBS = LISTED.knobs
 F32 = dtypes.KV_DTYPES["fp32"]
 ENGINE = EngineInfo(
-    name="llamacpp", aliases=("llama.cpp", "llama-cpp", "llama_cpp"), summary="llama.cpp KV cells",
-    versions=VERSIONS, kv_dtypes=KV_DTYPES, knobs=KNOBS, default_kv_dtype=lambda spec: dtypes.KV_DTYPES["fp16"],
-    honours_checkpoint_kv=False, uses_vllm_max_ctx=False, weight_float_dtype=base.serving_dtype,
-    heads_per_gpu=heads_unsplit, gguf_native=True,
+    name=LISTED.name, aliases=LISTED.aliases, summary=LISTED.summary, versions=VERSIONS, kv_dtypes=KV_DTYPES,
+    knobs=KNOBS, default_kv_dtype=lambda spec: dtypes.KV_DTYPES["fp16"], honours_checkpoint_kv=False,
+    uses_vllm_max_ctx=False, weight_float_dtype=base.serving_dtype, heads_per_gpu=heads_unsplit, gguf_native=True,
 )
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 from kvplan import dtypes
 from kvplan.engines import base, layout
-from kvplan.engines.base import EngineInfo, Knob, KVDtypes, PlanGroup, knob_table, tensor
+from kvplan.engines.base import EngineInfo, KVDtypes, PlanGroup, tensor
+from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select
 from kvplan.parallel import heads_floor, pad_to
 from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
@@ -33,16 +34,11 @@ class Rules:
 VERSIONS = [("0.4", Rules(False)), ("0.5", Rules(True)), ("0.5.23", Rules(True, dsa_blackwell_plain_fp8=True))]
 DSA_PAGE = 64  # arg_groups/model_overrides/deepseek_v2.py: DSA models run with page_size 64 (even over --page-size)
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2")  # cache dtypes this engine can store
-KNOBS = knob_table(
-    Knob("page_size", "count", "tokens per page (SGLang default 1; some attention backends force 64/128)"),
-    Knob("mem_fraction_static", "fraction", "fraction of free memory for weights + KV pool", layout=False),
-    Knob("max_total_tokens", "tokens", "cap on the token pool", layout=False),
-    Knob("max_running_requests", "count", "running-request limit", layout=False),
-    Knob("context_length", "tokens", "the engine's context length (default: the model max)", layout=False),
-)
+LISTED = LISTINGS["sglang"]
+KNOBS = LISTED.knobs
 ENGINE = EngineInfo(
-    name="sglang", aliases=(), summary="SGLang token pools", versions=VERSIONS, kv_dtypes=KV_DTYPES, knobs=KNOBS,
-    default_kv_dtype=base.serving_dtype, honours_checkpoint_kv=True, uses_vllm_max_ctx=True,
+    name=LISTED.name, aliases=LISTED.aliases, summary=LISTED.summary, versions=VERSIONS, kv_dtypes=KV_DTYPES,
+    knobs=KNOBS, default_kv_dtype=base.serving_dtype, honours_checkpoint_kv=True, uses_vllm_max_ctx=True,
     weight_float_dtype=base.serving_dtype, heads_per_gpu=heads_floor,
 )
 # model_config.py is_hybrid_swa_model: the HF classes SGLang gives a separate sliding-window pool (plus the GGUF

@@ -10,7 +10,8 @@ from typing import Any
 
 from kvplan import dtypes
 from kvplan.engines import base, layout
-from kvplan.engines.base import EngineInfo, Knob, KVDtypes, PlanGroup, cdiv, knob_table, tensor
+from kvplan.engines.base import EngineInfo, KVDtypes, PlanGroup, cdiv, tensor
+from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select
 from kvplan.parallel import heads_ceil
 from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
@@ -26,17 +27,12 @@ class Rules:
 
 VERSIONS = [("0.10", Rules(64, True)), ("1.0", Rules(32, True))]
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3")  # cache dtypes this engine can store
-KNOBS = knob_table(
-    Knob("tokens_per_block", "count", "tokens per KV block (LLM API default 32; trtllm-build 64)"),
-    Knob("free_gpu_memory_fraction", "fraction", "fraction of free memory for the KV cache (0.9)", layout=False),
-    Knob("max_tokens", "tokens", "KvCacheConfig.max_tokens cap", layout=False),
-    Knob("max_batch_size", "count", "running-request limit", layout=False),
-)
+LISTED = LISTINGS["trtllm"]
+KNOBS = LISTED.knobs
 ENGINE = EngineInfo(
-    name="trtllm", aliases=("tensorrt-llm", "tensorrt_llm", "trt-llm"), summary="TensorRT-LLM block pools",
-    versions=VERSIONS, kv_dtypes=KV_DTYPES, knobs=KNOBS, default_kv_dtype=base.serving_dtype,
-    honours_checkpoint_kv=True, uses_vllm_max_ctx=True, weight_float_dtype=base.serving_dtype,
-    heads_per_gpu=heads_ceil,
+    name=LISTED.name, aliases=LISTED.aliases, summary=LISTED.summary, versions=VERSIONS, kv_dtypes=KV_DTYPES,
+    knobs=KNOBS, default_kv_dtype=base.serving_dtype, honours_checkpoint_kv=True, uses_vllm_max_ctx=True,
+    weight_float_dtype=base.serving_dtype, heads_per_gpu=heads_ceil,
 )
 
 

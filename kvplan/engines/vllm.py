@@ -15,7 +15,8 @@ from typing import Any, ClassVar
 from kvplan import dtypes
 from kvplan.dtypes import DType
 from kvplan.engines import base, layout, overhead
-from kvplan.engines.base import CachePlan, EngineInfo, Knob, KVDtypes, PlanGroup, Request, cdiv, knob_table, tensor
+from kvplan.engines.base import CachePlan, EngineInfo, KVDtypes, PlanGroup, Request, cdiv, tensor
+from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select, version_key
 from kvplan.errors import ConfigError, InputError
 from kvplan.parallel import heads_floor
@@ -72,22 +73,12 @@ VERSIONS: list[tuple[str, Rules]] = [
 ]
 
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2")  # cache dtypes this engine can store
-KNOBS = knob_table(
-    Knob("block_size", "count", "tokens per KV block (vLLM default 16; MLA backends may force 32/64/128)"),
-    Knob("max_num_batched_tokens", "tokens", "chunked-prefill token budget (sliding-window reservation)"),
-    Knob("async_scheduling", "bool", "async scheduling (0.33 default on): 2 batches in flight"),
-    Knob("disable_hybrid_kv_cache_manager", "bool", "size every layer for the full length"),
-    Knob("enable_prefix_caching", "bool", "prefix caching (default on); on hybrids it keeps 2-3 state pages per request"),
-    Knob("mamba_ssm_cache_dtype", "dtype", "SSM/recurrent state dtype: auto (the conv state's; NemotronH fp32, Qwen3.5 its config's mamba_ssm_dtype), fp32, bf16, fp16"),
-    Knob("decode_context_parallel_size", "count", "decode context parallel: each request's KV tokens spread over this many of the TP ranks"),
-    Knob("gpu_memory_utilization", "fraction", "fraction of CUDA total memory vLLM may use (0.92 / 0.90 by version)", layout=False),
-    Knob("max_num_seqs", "count", "running-request limit", layout=False),
-    Knob("max_model_len", "tokens", "the engine's max_model_len for its start-up check (default: the model max)", layout=False),
-)
+LISTED = LISTINGS["vllm"]
+KNOBS = LISTED.knobs
 SIZE_MAX_NUM_BATCHED_TOKENS = 2048  # `size` knows no GPU: the non-large-GPU API-server default
 
 ENGINE = EngineInfo(
-    name="vllm", aliases=(), summary="vLLM V1 paged blocks (default)", versions=VERSIONS, kv_dtypes=KV_DTYPES,
+    name=LISTED.name, aliases=LISTED.aliases, summary=LISTED.summary, versions=VERSIONS, kv_dtypes=KV_DTYPES,
     knobs=KNOBS, default_kv_dtype=base.serving_dtype, honours_checkpoint_kv=True, uses_vllm_max_ctx=True,
     weight_float_dtype=base.serving_dtype, heads_per_gpu=heads_floor,
 )

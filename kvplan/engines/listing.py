@@ -1,0 +1,101 @@
+"""What the command line must know of every engine without importing it: names, aliases, a summary, and the
+knobs (flags) each accepts.
+
+The engine modules carry the layout and budget rules and cost a few milliseconds each to import; a run imports
+only the engine it uses (engines.REGISTRY loads them on first use), while `--engine` help, alias resolution and
+every knob flag come from this table. Each engine module builds its ENGINE from its row here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+KNOB_KINDS = ("count", "tokens", "fraction", "bool", "dtype")
+
+
+@dataclass(frozen=True)
+class Knob:
+    """An engine flag that changes the layout or budget: CLI --name, YAML name with '_'.
+
+    kind: how a value is written (count: a positive integer; tokens: 8192, 8k; fraction: 0.9 or 90%; bool;
+    dtype: auto or a dtype name).
+    layout: True when it changes the cache layout (size, verify and fit take it), False for budget-only knobs
+    (fit and check only)."""
+
+    name: str
+    kind: str
+    help: str
+    layout: bool = True
+
+    def __post_init__(self) -> None:
+        assert self.kind in KNOB_KINDS, self.kind
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def parse(self, value: Any) -> Any:
+        """A value as written on the command line (or already typed) -> the engine's option; one line if wrong."""
+        from kvplan.units import parse_count, parse_fraction, parse_tokens
+
+        if value is None or self.kind == "bool":
+            return value
+        if self.kind == "dtype":
+            from kvplan.dtypes import kv_dtype
+
+            text = str(value).strip()
+            return "auto" if text.lower() == "auto" else kv_dtype(text).name
+        parser = {"count": parse_count, "tokens": parse_tokens, "fraction": parse_fraction}[self.kind]
+        return parser(value, self.flag)
+
+
+def knob_table(*knobs: Knob) -> dict[str, Knob]:
+    return {k.name: k for k in knobs}
+
+
+@dataclass(frozen=True)
+class Listing:
+    name: str
+    module: str  # imported on first use
+    aliases: tuple[str, ...]
+    summary: str  # one line for --engine help
+    knobs: dict[str, Knob]
+
+
+LISTINGS: dict[str, Listing] = {row.name: row for row in (
+    Listing("vllm", "kvplan.engines.vllm", (), "vLLM V1 paged blocks (default)", knob_table(
+        Knob("block_size", "count", "tokens per KV block (vLLM default 16; MLA backends may force 32/64/128)"),
+        Knob("max_num_batched_tokens", "tokens", "chunked-prefill token budget (sliding-window reservation)"),
+        Knob("async_scheduling", "bool", "async scheduling (0.33 default on): 2 batches in flight"),
+        Knob("disable_hybrid_kv_cache_manager", "bool", "size every layer for the full length"),
+        Knob("enable_prefix_caching", "bool", "prefix caching (default on); on hybrids it keeps 2-3 state pages per request"),
+        Knob("mamba_ssm_cache_dtype", "dtype", "SSM/recurrent state dtype: auto (the conv state's; NemotronH fp32, Qwen3.5 its config's mamba_ssm_dtype), fp32, bf16, fp16"),
+        Knob("decode_context_parallel_size", "count", "decode context parallel: each request's KV tokens spread over this many of the TP ranks"),
+        Knob("gpu_memory_utilization", "fraction", "fraction of CUDA total memory vLLM may use (0.92 / 0.90 by version)", layout=False),
+        Knob("max_num_seqs", "count", "running-request limit", layout=False),
+        Knob("max_model_len", "tokens", "the engine's max_model_len for its start-up check (default: the model max)", layout=False),
+    )),
+    Listing("sglang", "kvplan.engines.sglang", (), "SGLang token pools", knob_table(
+        Knob("page_size", "count", "tokens per page (SGLang default 1; some attention backends force 64/128)"),
+        Knob("mem_fraction_static", "fraction", "fraction of free memory for weights + KV pool", layout=False),
+        Knob("max_total_tokens", "tokens", "cap on the token pool", layout=False),
+        Knob("max_running_requests", "count", "running-request limit", layout=False),
+        Knob("context_length", "tokens", "the engine's context length (default: the model max)", layout=False),
+    )),
+    Listing("llamacpp", "kvplan.engines.llamacpp", ("llama.cpp", "llama-cpp", "llama_cpp"), "llama.cpp KV cells",
+            knob_table(
+        Knob("ubatch", "count", "-ub: physical batch (SWA cells = window + ubatch; default 512)"),
+        Knob("kv_unified", "bool", "--kv-unified: one cell stream shared by all slots"),
+        Knob("swa_full", "bool", "--swa-full: sliding-window layers get full-size cache"),
+        Knob("flash_attn", "bool", "-fa (older builds pad n_ctx to 256 with it, 32 without)"),
+    )),
+    Listing("trtllm", "kvplan.engines.trtllm", ("tensorrt-llm", "tensorrt_llm", "trt-llm"), "TensorRT-LLM block pools",
+            knob_table(
+        Knob("tokens_per_block", "count", "tokens per KV block (LLM API default 32; trtllm-build 64)"),
+        Knob("free_gpu_memory_fraction", "fraction", "fraction of free memory for the KV cache (0.9)", layout=False),
+        Knob("max_tokens", "tokens", "KvCacheConfig.max_tokens cap", layout=False),
+        Knob("max_batch_size", "count", "running-request limit", layout=False),
+    )),
+    Listing("hf", "kvplan.engines.hf", ("transformers", "huggingface"), "transformers DynamicCache", {}),
+)}
