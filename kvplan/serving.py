@@ -326,7 +326,7 @@ def _pool(fit) -> Pool:
     stage_i = prepared.limiting_stage(fit.ctx)
     stage = prepared.stages[stage_i]
     budgets = [b.kv_bytes for b in fit.budgets]
-    num_blocks = vllm._num_blocks(prepared, budgets)
+    num_blocks = vllm.pool_blocks(prepared, budgets)
     inflight = prepared.inflight
     if stage.uniform_type:
         groups = (PoolGroup(stage.block_size, lambda n: stage.blocks_per_request(n, inflight), True),)

@@ -729,8 +729,9 @@ def default_max_num_seqs_for(gpu: base.GpuContext) -> int:
     return 1024 if big else 256
 
 
-def _num_blocks(prepared: Prepared, budgets: list[int]) -> int:
-    """Across workers vLLM takes the minimum block count (get_kv_cache_configs)."""
+def pool_blocks(prepared: Prepared, budgets: list[int]) -> int:
+    """The blocks in the pool (block 0, the null block, included): across workers vLLM takes the minimum block
+    count (get_kv_cache_configs). Public for the scheduler replay (serving.py)."""
     counts = []
     for s, st in enumerate(prepared.stages):
         if st.bytes_per_block <= 0:
@@ -740,12 +741,12 @@ def _num_blocks(prepared: Prepared, budgets: list[int]) -> int:
 
 
 def fits(prepared: Prepared, ctx: int, batch: int, budgets: list[int]) -> bool:
-    usable = _num_blocks(prepared, budgets) - 1  # block 0 is the null block
+    usable = pool_blocks(prepared, budgets) - 1  # block 0 is the null block
     return all(batch * prepared.blocks_per_request(ctx, s) <= usable for s in range(len(prepared.stages)))
 
 
 def max_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
-    usable = _num_blocks(prepared, budgets) - 1
+    usable = pool_blocks(prepared, budgets) - 1
     per = max(prepared.blocks_per_request(ctx, s) for s in range(len(prepared.stages)))
     return max(0, usable // per) if per else 0
 
@@ -753,7 +754,7 @@ def max_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
 def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], opts: dict[str, Any],
              gpu: base.GpuContext, max_model_len: int | None) -> base.Capacity:
     rules = prepared.selected.rules
-    num_blocks = _num_blocks(prepared, budgets)
+    num_blocks = pool_blocks(prepared, budgets)
     # the engine prints its capacity for its max_model_len (vllm serve: the model maximum unless --max-model-len)
     mml = int(opts.get("max_model_len") or max_model_len or ctx)
     stage = prepared.limiting_stage(mml)
