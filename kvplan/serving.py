@@ -328,6 +328,10 @@ def _pool(fit) -> Pool:
     budgets = [b.kv_bytes for b in fit.budgets]
     num_blocks = vllm.pool_blocks(prepared, budgets)
     inflight = prepared.inflight
+    if stage.packed:
+        raise InputError("plan's replay of vLLM's scheduler does not model DeepSeek-V4's packed window and "
+                         "compressor-state groups yet (vLLM frees their blocks as the window moves); `kvplan fit` "
+                         "gives its capacity")
     if stage.uniform_type:
         groups = (PoolGroup(stage.block_size, lambda n: stage.blocks_per_request(n, inflight), True),)
     else:

@@ -157,8 +157,8 @@ def setup(mo: ModelOptions, eo: EngineOptions, *, gpu: GpuContext | None = None,
     kvd = engines.kv_dtypes(engine, spec, eo.kv_dtype, eo.k_dtype, eo.v_dtype, eo.state_dtype)
     prepared = engines.prepare(engine, spec, eo.tp, eo.pp, kvd, {k: v for k, v in eo.knobs.items() if v is not None},
                                gpu)
-    fdt = float_dtype_for(engine, spec)
-    fmt = weights.weight_format(spec, eo.weight_dtype, fdt)
+    fmt = weights.weight_format(spec, eo.weight_dtype, float_dtype_for(engine, spec))
+    fdt = fmt.float_dtype(float_dtype_for(engine, spec))
     max_ctx, src = engines.model_max_ctx(engine, spec)
     s = Setup(resolved, spec, engine, kvd, prepared, eo.tp, eo.pp, fmt, fdt, max_ctx, src)
     if resolved.ref.source in ("hub", "cache") and eo.weight_dtype is None and resolved.extras.get("gguf") is None:

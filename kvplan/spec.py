@@ -196,6 +196,85 @@ class IndexerKeys(LayerCache):
         return f"sparse-attention indexer keys, 1 head x {self.head_dim}"
 
 
+# DeepSeek-V4 (transformers models/deepseek_v4, vLLM models/deepseek_v4): every layer keeps a short sliding window of
+# its single 512-wide K=V vector; "compressed" layers also keep one entry per `ratio` tokens (4: compressed sparse
+# attention, with a lightning indexer's keys at the same ratio; 128: heavily compressed), and the compressors keep a
+# few tokens of fp32 state while an entry fills.
+@dataclass(frozen=True)
+class SlidingLatent(LayerCache):
+    """The last `window` tokens of a layer's shared K=V vector (dim wide, its last rope_dim in RoPE)."""
+
+    kind: ClassVar[str] = "sliding_latent"
+    dim: int
+    rope_dim: int
+    window: int
+
+    @property
+    def grows_with_context(self) -> bool:
+        return True
+
+    @property
+    def span(self) -> int:
+        return self.window
+
+    @property
+    def fp8_record_bytes(self) -> int:
+        """The fp8_ds_mla record of DeepSeek-V4 (vLLM sparse_swa.py packed_bytes_per_token 584 for 512/64): the
+        non-RoPE part in fp8 with one ue8m0 byte of scale per 64 plus one byte of padding, the RoPE part in bf16."""
+        nope = self.dim - self.rope_dim
+        return nope + nope // 64 + 1 + 2 * self.rope_dim
+
+    def describe(self) -> str:
+        return f"sliding window of the K=V latent ({self.dim}), {self.window} tokens"
+
+
+@dataclass(frozen=True)
+class CompressedLatent(SlidingLatent):
+    """One K=V latent entry per `ratio` tokens, kept for the whole context (window unused: 0)."""
+
+    kind: ClassVar[str] = "compressed_latent"
+    ratio: int = 4
+
+    @property
+    def span(self) -> None:  # type: ignore[override]
+        return None
+
+    def describe(self) -> str:
+        return f"compressed latent ({self.dim}), one entry per {self.ratio} tokens"
+
+
+@dataclass(frozen=True)
+class CompressedIndexerKeys(IndexerKeys):
+    """The lightning indexer's keys of a compressed sparse-attention layer: one key per `ratio` tokens."""
+
+    ratio: int = 4
+
+    def describe(self) -> str:
+        return f"sparse-attention indexer keys, 1 head x {self.head_dim}, one per {self.ratio} tokens"
+
+
+@dataclass(frozen=True)
+class CompressorState(LayerCache):
+    """A compressor's running state: fp32 `width` values per token for the last `window` tokens (the entry being
+    filled, and for ratio 4 the overlapping one)."""
+
+    kind: ClassVar[str] = "compressor_state"
+    width: int
+    window: int
+    ratio: int  # the compression it serves (engines page the two kinds differently)
+
+    @property
+    def grows_with_context(self) -> bool:
+        return True
+
+    @property
+    def span(self) -> int:
+        return self.window
+
+    def describe(self) -> str:
+        return f"compressor state, {self.width} fp32 values x the last {self.window} tokens"
+
+
 @dataclass(frozen=True)
 class RecurrentState(LayerCache):
     """A fixed-size state per sequence: a convolution window over `conv_dim` channels and a recurrent matrix
@@ -320,6 +399,7 @@ class Quantization:
     excluded: tuple[str, ...] = ()
     kv_dtype_hint: str | None = None
     per_tensor_scale: bool = False  # fp8 with one fp32 scale per tensor (ModelOpt), not per output channel
+    expert_method: str | None = None  # routed experts stored another way (DeepSeek-V4 expert_dtype fp4: mxfp4)
 
 
 # ---------------------------------------------------------------------------------------------- model

@@ -37,6 +37,11 @@ class WeightFormat:
     description: str
     quant: Quantization | None  # None: every parameter in the float dtype
 
+    def float_dtype(self, default: str) -> str:
+        """The dtype unquantized tensors are counted in: a float --weight-dtype (fp32 weights are 4 B each) or the
+        engine's load dtype."""
+        return self.name if self.quant is None and self.name in FLOAT_BYTES else default
+
 
 def weight_format(spec: ModelSpec, flag: str | None, float_dtype: str) -> WeightFormat:
     """--weight-dtype, else the checkpoint's quantization_config, else the float dtype the engine loads.
@@ -70,20 +75,21 @@ def part_bytes(w: WeightPart, fmt: WeightFormat, float_bytes: int) -> int:
     q = fmt.quant
     if q is None or w.role not in QUANTIZED_ROLES or w.part not in QUANTIZED_PARTS:
         return w.params * float_bytes
-    if q.method == "mxfp4" and w.role != "expert":
+    method = q.expert_method if q.expert_method and w.role == "expert" else q.method
+    if method == "mxfp4" and w.role != "expert":
         return w.params * float_bytes  # gpt-oss: attention, router, embeddings stay 16-bit
     n = w.params // w.count
     out_dim, in_dim = (w.shape[0], math.prod(w.shape[1:])) if len(w.shape) >= 2 else (1, n)
-    if q.method == "fp8" and q.block:
+    if method == "fp8" and q.block:
         bo, bi = q.block[0], q.block[1] if len(q.block) > 1 else q.block[0]
         per = n + cdiv(out_dim, bo) * cdiv(in_dim, bi) * 4
-    elif q.method == "fp8" and q.per_tensor_scale:
+    elif method == "fp8" and q.per_tensor_scale:
         per = n + 4
-    elif q.method in ("fp8", "int8"):
+    elif method in ("fp8", "int8"):
         per = n + out_dim * 4
-    elif q.method == "mxfp4":
+    elif method == "mxfp4":
         per = cdiv(n, 32) * 17
-    elif q.method == "int4":
+    elif method == "int4":
         g = q.block[0] if q.block else 128
         groups = cdiv(in_dim, g)
         per = n // 2 + groups * out_dim * 2 + groups * cdiv(out_dim, 8) * 4

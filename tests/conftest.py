@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 from contextlib import redirect_stderr, redirect_stdout
@@ -13,6 +14,21 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
+
+
+@functools.lru_cache(maxsize=None)
+def declined(model: str, engine: str) -> str | None:
+    """Why `engine` cannot size `model` (a bundled alias or Hub id): the engine's NotModelled / Unsupported rows for
+    a cache kind the model holds, or a rule set too old for it (both UnsupportedKind); None when it sizes it.
+    Catalog-wide tests expect that one-line refusal instead of a figure."""
+    from kvplan.engines.layout import UnsupportedKind
+    from kvplan.sizing import EngineOptions, ModelOptions, setup
+
+    try:
+        setup(ModelOptions(model), EngineOptions(engine=engine))
+    except UnsupportedKind as e:
+        return str(e)
+    return None
 
 
 class CliResult:

@@ -384,6 +384,18 @@ def text_forward(model, inputs: dict):
     own language model is called with the same input_ids, which is the code path the wrapper delegates to."""
     try:
         return model(**inputs, use_cache=True, return_dict=True)
+    except RuntimeError as e:
+        # transformers 5.24's Gemma4Model builds its attention masks before its language model creates the
+        # cache; with no cache the mask code looks for packed sequences (Tensor.item()), which a meta tensor
+        # cannot answer. Handing it the DynamicCache it would have built itself changes nothing else.
+        if "meta tensors" not in str(e) or set(inputs) != {"input_ids"}:
+            raise
+        import inspect
+
+        from transformers import DynamicCache
+
+        name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        return model(**inputs, **{name: DynamicCache(config=model.config)}, use_cache=True, return_dict=True)
     except AttributeError:
         lm = getattr(model, "language_model", None)
         if lm is None or set(inputs) != {"input_ids"}:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from functools import lru_cache
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, assume, given, settings, strategies as st
 
-from conftest import kvjson, run_cli
+from conftest import declined, kvjson, run_cli
 from kvplan import catalog
 from kvplan.engines.base import cdiv
 from kvplan.gpus import resolve_gpu
@@ -27,6 +27,7 @@ def loaded(alias: str):
        st.integers(8, 400), st.sampled_from([256, 1000, 4096, 32768]))
 def test_boundary_is_exact(alias, engine, gib, ctx):
     """At max_batch the plan fits the budget; one more request does not."""
+    assume(not declined(alias, engine))
     gpu = resolve_gpu(f"{gib}GiB")
     r = fit_model(ModelOptions(alias), EngineOptions(engine=engine), gpu, ctx, loaded=loaded(alias))
     module, prep = r.setup.engine.module, r.setup.prepared

@@ -16,8 +16,6 @@ DATA = Path(__file__).with_name("data") / "aic-configs"
 
 @pytest.mark.parametrize("name, fields", [
     ("MiniMaxAI--MiniMax-M3", "sparse_attention_config"),
-    ("google--gemma-4-26B-A4B", "num_kv_shared_layers"),
-    ("deepseek-ai--DeepSeek-V4-Flash", "compress_ratios"),
     # Kimi-K3 (kimi_linear text): MLA layers interleaved with KDA linear attention; it was sized as all-MLA before
     ("moonshotai--Kimi-K3", "linear_attn_config"),
     # Step-3.7-Flash: an unknown MoE family; its llama-style guess was 10.7 billion parameters
@@ -70,3 +68,12 @@ def test_qwen3_vl_moe_counts_its_experts_and_its_tower():
     """qwen3_vl_moe_text was a llama-style guess without its experts, and its qwen3_vl_moe tower was not modelled."""
     out = run_cli("size", str(DATA / "Qwen--Qwen3-VL-30B-A3B-Instruct_config.json"), "--ctx", "8k", "--json").json()
     assert out["params"] == 31_070_754_032 and not out["warnings"]  # transformers 5.24 on meta, same config
+
+
+def test_gemma4_26b_a4b_is_sized_by_its_own_family():
+    """Refused (num_kv_shared_layers) until Gemma 4 had a family; tests/test_gemma4.py checks it against transformers
+    and vLLM. At 8k only the 5 full layers (2 KV heads x 512, K and V) grow: the 25 sliding ones hold 1,023 + 4,096
+    in-flight tokens."""
+    out = run_cli("size", str(DATA / "google--gemma-4-26B-A4B_config.json"), "--ctx", "8k", "--json").json()
+    assert out["params"] == 25_805_933_872 and not out["warnings"]  # transformers 5.24 on meta, same config
+    assert out["kv_bytes_per_token"] == 5 * 2 * 512 * 2 * 2

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kvplan.architectures import (
-    base, classic, defaults, decoder, deepseek, encdec, gemma, gpt_oss, hybrid, llama4, mimo, nemotron_nas, schema, vision,
+    base, classic, decoder, deepseek, deepseek_v4, defaults, encdec, gemma, gpt_oss, hybrid, llama4, mimo, nemotron_nas,
+    schema, vision,
 )
 from kvplan.architectures.base import Cfg
 from kvplan.errors import ConfigError
@@ -33,6 +34,7 @@ def _mt(*names: str) -> Callable[[Cfg, Cfg], bool]:
 
 FAMILIES: tuple[Family, ...] = (
     Family("nemotron-nas", lambda top, text: text.has("block_configs"), nemotron_nas.build),
+    Family("deepseek-v4", lambda top, text: deepseek_v4.is_deepseek_v4(text), deepseek_v4.build),
     Family("deepseek-mla", lambda top, text: deepseek.is_mla(text), deepseek.build),
     Family("mamba", _mt("mamba", "falcon_mamba"), hybrid.mamba),
     Family("mamba2", _mt("mamba2"), hybrid.mamba2),
@@ -50,6 +52,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("opt", _mt("opt"), classic.opt),
     Family("gpt-neox", _mt("gpt_neox"), classic.gpt_neox),
     Family("gemma3n", _mt("gemma3n", "gemma3n_text"), gemma.gemma3n),
+    Family("gemma4", _mt("gemma4", "gemma4_text"), gemma.gemma4),
     Family("gemma", _mt("gemma", "gemma2", "gemma3", "gemma3_text"), gemma.build),
     Family("gpt-oss", _mt("gpt_oss"), gpt_oss.build),
     Family("mimo-v2-flash", _mt("mimo_v2_flash"), mimo.build),
@@ -209,6 +212,6 @@ def _widths(c: Cfg) -> Widths:
     dense = c.get("intermediate_size", "ffn_hidden_size", "ffn_dim", "d_ff", "decoder_ffn_dim", "n_inner",
                   default=4 * hidden) or 4 * hidden
     dense = max(dense) if isinstance(dense, list) else int(dense)  # Gemma-3n: one size per layer
-    top_k = int(c.get("num_experts_per_tok", "experts_per_token", default=0) or 0)
+    top_k = int(c.get("num_experts_per_tok", "experts_per_token", "top_k_experts", default=0) or 0)
     moe = int(c.get("moe_intermediate_size", default=0) or 0)
     return Widths(hidden, vocab, max(dense, top_k * moe), top_k)

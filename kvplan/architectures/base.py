@@ -349,7 +349,12 @@ def quantization(top: Cfg, text: Cfg) -> Quantization | None:
     if method == "fp8":
         block = q.get("weight_block_size")
         detail = f"fp8 ({q.get('fmt', 'e4m3')}) weights" + (f", fp32 scale per {block[0]}x{block[1]} block" if block else "")
-        return Quantization("fp8", detail, tuple(block) if block else None, tuple(q.get("modules_to_not_convert") or ()), kv_hint)
+        experts = None
+        if str(top.raw.get("expert_dtype") or text.raw.get("expert_dtype") or "").lower() == "fp4":
+            experts = "mxfp4"  # DeepSeek-V4: "MXFP4 experts with ue8m0 FP8 linear scales" (vLLM's quant_config)
+            detail += "; routed experts MXFP4 (expert_dtype fp4: 17 B per 32 weights)"
+        return Quantization("fp8", detail, tuple(block) if block else None, tuple(q.get("modules_to_not_convert") or ()),
+                            kv_hint, expert_method=experts)
     if method == "mxfp4":
         return Quantization(
             "mxfp4", "MXFP4 experts: 4-bit values + one 8-bit scale per 32 (17 B / 32 weights)", (32,),

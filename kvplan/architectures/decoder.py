@@ -29,6 +29,7 @@ class Quirks:
     sliding: str = "all"  # how sliding_window applies without layer_types: all | qwen (layers >= max_window_layers, if use_sliding_window)
     sliding_gate: str | None = None  # config key that must be true for sliding_window to apply
     moe: str | None = None  # None | "mixtral" | "qwen_moe"
+    lm_head_bias: bool = False  # Phi-1/1.5/2: nn.Linear(hidden, vocab, bias=True)
     defaults: tuple[tuple[str, object], ...] = ()
 
 
@@ -49,6 +50,10 @@ QUIRKS: dict[str, Quirks] = {
     "qwen3_vl_text": Quirks(mlp_bias=False, qk_norm="head_dim", sliding="none"),
     "qwen3_vl_moe_text": Quirks(mlp_bias=False, qk_norm="head_dim", sliding="none", moe="qwen_moe"),
     "phi3": Quirks(q_bias=False, k_bias=False, v_bias=False, o_bias=False, mlp_bias=False),
+    # Phi-1/1.5/2 (PhiForCausalLM): attention and a plain fc1/fc2 MLP in parallel after ONE LayerNorm, biases
+    # everywhere (q/k/v/dense, fc1/fc2, the norms and the output head)
+    "phi": Quirks(q_bias=True, k_bias=True, v_bias=True, o_bias=True, mlp="plain", mlp_bias=True, norms_per_layer=1,
+                  norm_bias=True, lm_head_bias=True),
     "cohere": Quirks(mlp_bias=False, norms_per_layer=1, qk_norm="per_head", qk_norm_flag="use_qk_norm",
                      tied_default=True),
     "starcoder2": Quirks(q_bias="use_bias", k_bias="use_bias", v_bias="use_bias", o_bias="use_bias", mlp="plain",
@@ -141,5 +146,7 @@ def build(top: Cfg, c: Cfg, q: Quirks | None = None):
         weights += base.decoder_layer_norms(i, hidden, q.norms_per_layer, bias=q.norm_bias)
     weights += base.norm("norm", hidden, bias=q.norm_bias)
     weights += base.lm_head(vocab, hidden, is_tied)
+    if q.lm_head_bias:
+        weights.append(WeightPart("lm_head.bias", (vocab,), "bias", "text", "vocab"))
     return caches, weights, is_tied
 

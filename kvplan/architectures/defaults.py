@@ -13,6 +13,13 @@ CLASS_DEFAULTS: dict[str, dict[str, object]] = {
         "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131_072,
         "sliding_window": 4096,
     },
+    # Gemma4TextConfig (transformers 5.24); global_head_dim is a constructor argument, not a field (default 512)
+    "gemma4_text": {
+        "vocab_size": 262_144, "hidden_size": 2304, "intermediate_size": 9216, "num_hidden_layers": 30,
+        "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "max_position_embeddings": 131_072,
+        "sliding_window": 512, "global_head_dim": 512, "hidden_size_per_layer_input": 256,
+        "vocab_size_per_layer_input": 262_144,
+    },
     "gemma2": {"sliding_window": 4096, "head_dim": 256, "max_position_embeddings": 8192},
     "gemma": {"head_dim": 256, "max_position_embeddings": 8192},
     # FalconConfig: the RefinedWeb-era configs carry no length key
@@ -21,7 +28,7 @@ CLASS_DEFAULTS: dict[str, dict[str, object]] = {
     "llama4_text": {"attention_chunk_size": 8192},
 }
 
-ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon", "gemma3": "gemma3_text"}
+ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon", "gemma3": "gemma3_text", "gemma4": "gemma4_text"}
 
 
 def for_model_type(model_type: str) -> dict[str, object]:

@@ -39,11 +39,11 @@ class Rule:
     low: int = 0
     high: int = MAX_DIM
     per_layer: bool = False  # an int field that may also be one value per layer (Gemma-3n intermediate_size)
-    words: tuple[str, ...] = ()  # strings accepted besides the integers ("auto" for Mamba's dt rank)
+    words: tuple[str, ...] = ()  # strings accepted besides the integers or flags ("auto" for Mamba's dt rank)
 
     def accepted(self) -> str:
         if self.kind == "bool":
-            return "true or false"
+            return "true or false" + "".join(f" or {w!r}" for w in self.words)
         if self.kind == "str":
             return "a string"
         if self.kind == "str_list":
@@ -111,6 +111,16 @@ FIELDS: dict[str, Rule] = {
     **_fields(Rule("int_list", 0, 1), "hybrid_layer_pattern"),
     # Gemma 4: 0 = no per-layer input embeddings
     **_fields(Rule("int", 0, MAX_DIM), "hidden_size_per_layer_input"),
+    # Gemma 4: full-attention layers' own head_dim / KV heads, K = V, MoE beside the dense MLP; per_layer_config is a
+    # re-saved config's per-layer overrides ({"05": {"head_dim": 512}}); use_bidirectional_attention is a flag in
+    # Gemma-3 and "vision" / "all" in Gemma 4; the towers' sizes (Parakeet writes subsampling_conv_channels as one int)
+    **_fields(_DIM, "global_head_dim", "position_embedding_size", "output_proj_dims", "conv_kernel_size"),
+    **_fields(Rule("int", 1, MAX_DIM, per_layer=True), "subsampling_conv_channels"),
+    **_fields(Rule("bool", words=("vision", "all")), "use_bidirectional_attention"),
+    **_fields(_HEADS, "num_global_key_value_heads"),
+    **_fields(_FLAG, "attention_k_eq_v", "enable_moe_block", "use_double_wide_mlp"),
+    **_fields(_EXPERTS, "top_k_experts"),
+    **_fields(Rule("object"), "per_layer_config"),
     # DeepSeek sparse attention (DSA): the lightning indexer and which layers run their own
     **_fields(_DIM, "index_head_dim"),
     **_fields(_HEADS, "index_n_heads"),
@@ -119,6 +129,13 @@ FIELDS: dict[str, Rule] = {
     **_fields(Rule("int", 0, MAX_LAYERS), "index_skip_topk_offset"),
     **_fields(_TEXT, "index_topk_pattern"),
     **_fields(Rule("str_list"), "indexer_types"),
+    # DeepSeek-V4: per-layer compression (0, 4 or 128; one entry more for the MTP layer), hyper-connection streams,
+    # grouped low-rank output projection, MXFP4 experts
+    **_fields(Rule("int_list", 0, 128), "compress_ratios"),
+    **_fields(Rule("int", 1, 64), "hc_mult"),
+    **_fields(_HEADS, "o_groups"),
+    **_fields(_DIM, "o_lora_rank"),
+    **_fields(_TEXT, "expert_dtype"),
     **_fields(Rule("int", 1, MAX_DIM, words=("auto",)), "time_step_rank", "mamba_dt_rank"),
     **_fields(_DIM, "moe_latent_size"),  # Nemotron-3 Super / Ultra: the experts' width
     **_fields(_WIDTH, "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
@@ -205,7 +222,7 @@ def _nested(value: Any, where: str, fields: dict[str, Rule], depth: int) -> Any:
 
 def _check(value: Any, rule: Rule, where: str) -> Any:
     if rule.kind == "bool":
-        if isinstance(value, bool):
+        if isinstance(value, bool) or (isinstance(value, str) and value in rule.words):
             return value
     elif rule.kind == "str":
         if isinstance(value, str) and len(value) <= MAX_TEXT:

@@ -1,13 +1,15 @@
-"""Vision towers and multimodal projectors: parameters only (they hold no KV cache).
+"""Vision (and audio) towers and multimodal projectors: parameters only (they hold no KV cache).
 
 One function per vision_config.model_type, one per wrapper architecture's projector; shapes follow the
-transformers modules named in each docstring.
+transformers modules named in each docstring. An audio tower kvplan models (Gemma 4's) is counted as the `encoder`
+part (JSON `encoder_params`): like an encoder-decoder's encoder it runs once per input on the first pipeline stage.
 """
 
 from __future__ import annotations
 
 from kvplan.architectures import base
 from kvplan.architectures.base import Cfg
+from kvplan.errors import ConfigError
 from kvplan.spec import WeightPart
 
 V = "vision"
@@ -89,6 +91,30 @@ def llama4_vision(v: Cfg) -> list[WeightPart]:
     return parts
 
 
+def gemma4_vision(v: Cfg) -> list[WeightPart]:
+    """Gemma4VisionModel (transformers 5.24 modeling_gemma4.py): a bias-free linear patch embedder with a 2 x
+    position_embedding_size x hidden position table, encoder layers like the text model's (q/k RMSNorm over head_dim,
+    v_norm without weight, gated MLP, 4 norms), a pooler without weights. std_bias / std_scale (standardize) and the
+    clipping bounds (use_clipped_linears) are buffers, not parameters."""
+    v.need_all("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "head_dim",
+               "patch_size", "position_embedding_size")
+    h, inter, heads = v.need_int("hidden_size"), v.need_int("intermediate_size"), v.need_int("num_attention_heads")
+    kv, hd, patch = int(v.get("num_key_value_heads", default=heads)), v.need_int("head_dim"), v.need_int("patch_size")
+    parts = _lin("patch_embedder.input_proj", 3 * patch * patch, h, bias=False)
+    parts.append(WeightPart("patch_embedder.position_embedding_table", (2, v.need_int("position_embedding_size"), h),
+                            "other", V))
+    for _ in range(v.need_int("num_hidden_layers")):
+        parts += _lin("self_attn.q_proj", h, heads * hd, False) + _lin("self_attn.k_proj", h, kv * hd, False)
+        parts += _lin("self_attn.v_proj", h, kv * hd, False) + _lin("self_attn.o_proj", heads * hd, h, False)
+        parts += _ln("self_attn.q_norm", hd, False) + _ln("self_attn.k_norm", hd, False)
+        parts += _lin("mlp.gate_proj", h, inter, False) + _lin("mlp.up_proj", h, inter, False)
+        parts += _lin("mlp.down_proj", inter, h, False)
+        for name in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
+                     "post_feedforward_layernorm"):
+            parts += _ln(name, h, False)
+    return parts
+
+
 VISION_TOWERS = {
     "siglip_vision_model": siglip,
     "qwen3_vl": qwen3_vl,
@@ -98,7 +124,63 @@ VISION_TOWERS = {
     "qwen3_5_moe_vision": qwen3_vl,
     "qwen3_vl_moe": qwen3_vl,  # Qwen3-VL-MoE (30B-A3B, 235B-A22B): the same tower
     "llama4_vision_model": llama4_vision,
+    "gemma4_vision": gemma4_vision,
 }
+# transformers config-class defaults of the towers whose configs may be sparse (Gemma4VisionConfig)
+TOWER_DEFAULTS: dict[str, dict[str, object]] = {
+    "gemma4_vision": {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 16,
+                      "num_attention_heads": 12, "num_key_value_heads": 12, "head_dim": 64, "patch_size": 16,
+                      "position_embedding_size": 10_240},
+    "gemma4_audio": {"hidden_size": 1024, "num_hidden_layers": 12, "num_attention_heads": 8,
+                     "subsampling_conv_channels": [128, 32], "conv_kernel_size": 5, "output_proj_dims": 1536},
+}
+
+E = "encoder"
+
+
+def gemma4_audio(a: Cfg, text_hidden: int) -> list[WeightPart]:
+    """Gemma4AudioModel (a USM conformer) and its embed_audio projection (transformers 5.24 modeling_gemma4.py):
+    two bias-free 3x3 conv + LayerNorm(no bias) subsampling layers and a linear to hidden_size; per layer two
+    feed-forward blocks (hidden -> 4 x hidden -> hidden, 2 RMSNorms each), chunked attention (q, k, v, post,
+    relative_k_proj, per_dim_scale), a light conv block (linear_start to 2 x hidden, depthwise conv1d, linear_end,
+    2 RMSNorms) and 3 RMSNorms; output_proj (with bias) to output_proj_dims; embed_audio: output_proj_dims -> the
+    text width (its pre-projection norm has no weight)."""
+    h, heads, k = a.need_int("hidden_size"), a.need_int("num_attention_heads"), a.need_int("conv_kernel_size")
+    out = a.need_int("output_proj_dims")
+    channels = a.get("subsampling_conv_channels")
+    if (not isinstance(channels, list) or len(channels) != 2
+            or not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in channels)):
+        raise ConfigError(f"{a.where}.subsampling_conv_channels must be two positive integers, found {base.brief(channels)}")
+    c0, c1 = channels
+    hd = h // heads
+
+    def lin(name: str, d_in: int, d_out: int, bias: bool = False) -> list[WeightPart]:
+        return base.linear(name, d_in, d_out, bias=bias, part=E, split="replicated")
+
+    def rms(name: str, dim: int) -> list[WeightPart]:
+        return base.norm(name, dim, part=E)
+
+    parts = [WeightPart("subsample_conv_projection.layer0.conv", (c0, 1, 3, 3), "other", E), *rms("subsample_conv_projection.layer0.norm", c0),
+             WeightPart("subsample_conv_projection.layer1.conv", (c1, c0, 3, 3), "other", E), *rms("subsample_conv_projection.layer1.norm", c1),
+             *lin("subsample_conv_projection.input_proj_linear", (c0 // 4) * c1, h)]
+    for _ in range(a.need_int("num_hidden_layers")):
+        for ff in ("feed_forward1", "feed_forward2"):
+            parts += lin(f"{ff}.ffw_layer_1", h, 4 * h) + lin(f"{ff}.ffw_layer_2", 4 * h, h)
+            parts += rms(f"{ff}.pre_layer_norm", h) + rms(f"{ff}.post_layer_norm", h)
+        for name in ("q_proj", "k_proj", "v_proj", "relative_k_proj"):
+            parts += lin(f"self_attn.{name}", h, heads * hd)
+        parts += lin("self_attn.post", h, h) + [WeightPart("self_attn.per_dim_scale", (hd,), "other", E)]
+        parts += lin("lconv1d.linear_start", h, 2 * h) + lin("lconv1d.linear_end", h, h)
+        parts.append(WeightPart("lconv1d.depthwise_conv1d", (h, 1, k), "other", E))
+        parts += rms("lconv1d.pre_layer_norm", h) + rms("lconv1d.conv_norm", h)
+        for name in ("norm_pre_attn", "norm_post_attn", "norm_out"):
+            parts += rms(name, h)
+    parts += lin("output_proj", h, out, bias=True)
+    parts += lin("embed_audio.embedding_projection", out, text_hidden)
+    return parts
+
+
+AUDIO_TOWERS = {"gemma4_audio": gemma4_audio}
 
 
 def gemma3_projector(v: Cfg, text_hidden: int) -> list[WeightPart]:
@@ -112,6 +194,9 @@ def llama4_projector(v: Cfg, text_hidden: int, top: Cfg) -> list[WeightPart]:
 
 
 PROJECTORS = {
+    # Gemma4MultimodalEmbedder embed_vision: a bias-free linear to the text width (its pre-projection norm has no weight)
+    "Gemma4ForConditionalGeneration": lambda v, th, top: _lin("embed_vision.embedding_projection", v.need_int("hidden_size"),
+                                                              th, bias=False),
     "Gemma3ForConditionalGeneration": lambda v, th, top: gemma3_projector(v, th),
     "Llama4ForConditionalGeneration": llama4_projector,
     "Qwen3VLForConditionalGeneration": lambda v, th, top: [],  # the merger is part of the tower
@@ -124,19 +209,23 @@ def vision_weights(top: Cfg, text_hidden: int) -> tuple[list[WeightPart], list[s
     """Vision tower + projector for a multimodal wrapper ([] for text-only configs), and notes for towers kvplan
     does not model (their parameters are then missing from params and weights, and the notes say so)."""
     notes = []
+    audio: list[WeightPart] = []
     for key in ("audio_config", "speech_config"):
         if isinstance(top.raw.get(key), dict):
-            mt = top.sub(key).get("model_type", default=key)
-            notes.append(f"the {mt} audio tower is not modelled: params and weights cover the other parts only")
+            mt = str(top.raw[key].get("model_type") or key)
+            if mt in AUDIO_TOWERS:
+                audio += AUDIO_TOWERS[mt](top.sub(key, TOWER_DEFAULTS.get(mt)), text_hidden)
+            else:
+                notes.append(f"the {mt} audio tower is not modelled: params and weights cover the other parts only")
     if not isinstance(top.raw.get("vision_config"), dict):
-        return [], notes
-    v = top.sub("vision_config")
-    mt = str(v.get("model_type", default=""))
+        return audio, notes
+    mt = str(top.raw["vision_config"].get("model_type") or "")
+    v = top.sub("vision_config", TOWER_DEFAULTS.get(mt))
     tower = VISION_TOWERS.get(mt)
     if tower is None:
         notes.append(f"the {mt or 'unnamed'} vision tower is not modelled (known: {', '.join(VISION_TOWERS)}): params "
                      "and weights cover the other parts only; the KV cache is unaffected")
-        return [], notes
+        return audio, notes
     arch = (top.get("architectures") or [""])[0]
     projector = PROJECTORS.get(arch, lambda v, th, top: [])
-    return tower(v) + projector(v, text_hidden, top), notes
+    return tower(v) + projector(v, text_hidden, top) + audio, notes

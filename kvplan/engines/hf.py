@@ -139,6 +139,7 @@ KIND_RULES: dict[type, Any] = {
     LinearAttentionState: StateLayer("recurrent_states"),
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
+    **layout.DEEPSEEK_V4_NOT_MODELLED,
 }
 
 

@@ -15,7 +15,8 @@ from typing import Any, Callable, Iterator, Mapping, TypeVar
 from kvplan.engines.base import CachePlan, PlanGroup, Request
 from kvplan.errors import InputError
 from kvplan.parallel import pp_partition
-from kvplan.spec import FullAttention, IndexerKeys, LatentAttention, LayerCache, ModelSpec
+from kvplan.spec import (CompressedIndexerKeys, CompressedLatent, CompressorState, FullAttention, IndexerKeys,
+                         LatentAttention, LayerCache, ModelSpec, SlidingLatent)
 
 R = TypeVar("R")
 Caches = tuple[tuple[int, LayerCache], ...]
@@ -44,7 +45,26 @@ class Unsupported:
     why: str
 
 
+@dataclass(frozen=True)
+class NotModelled:
+    """The engine runs layers of this kind, but kvplan does not model how it lays them out yet: sizing them is an
+    input error that says so (never a figure from another engine's rules)."""
+
+    why: str
+
+
 NO_CACHE = NoCacheRule()
+
+# DeepSeek-V4's four cache kinds, laid out from vLLM 0.32's source; the other engines decline them (not_modelled)
+DEEPSEEK_V4_CACHES = (SlidingLatent, CompressedLatent, CompressedIndexerKeys, CompressorState)
+
+
+def not_modelled(kinds: tuple[type, ...], why: str) -> dict[type, NotModelled]:
+    return {k: NotModelled(why) for k in kinds}
+
+
+DEEPSEEK_V4_NOT_MODELLED = not_modelled(DEEPSEEK_V4_CACHES, "DeepSeek-V4's window, compressed-latent, indexer and "
+                                        "compressor-state caches are modelled for vLLM (0.32 and later) only")
 
 
 class UnsupportedKind(InputError):
@@ -59,6 +79,8 @@ def rule_for(engine: str, rules: Mapping[type, R], cache: LayerCache) -> R | NoC
                               "kvplan cannot size this model for that engine") from None
     if isinstance(rule, Unsupported):
         raise UnsupportedKind(f"{engine} does not support {cache.kind} layers: {rule.why}")
+    if isinstance(rule, NotModelled):
+        raise UnsupportedKind(f"kvplan does not model {engine}'s cache for {cache.kind} layers yet: {rule.why}")
     return rule
 
 
@@ -105,6 +127,10 @@ def geometry(c: LayerCache, tp: int, heads_per_gpu: Callable[[int, int], int]) -
         return {"kv_heads": 1, "head_dim_k": c.latent_dim, "head_dim_v": 0, "window": None}
     if isinstance(c, IndexerKeys):
         return {"kv_heads": 1, "head_dim_k": c.head_dim, "head_dim_v": 0, "window": None}
+    if isinstance(c, SlidingLatent):  # DeepSeek-V4: one K=V vector, never split by TP
+        return {"kv_heads": 1, "head_dim_k": c.dim, "head_dim_v": 0, "window": c.span}
+    if isinstance(c, CompressorState):
+        return {"kv_heads": None, "head_dim_k": None, "head_dim_v": None, "window": c.window}
     if not isinstance(c, FullAttention):
         return {"kv_heads": None, "head_dim_k": None, "head_dim_v": None, "window": None}
     window = c.span if c.grows_with_context else None  # cross attention's span is its fixed encoder length

@@ -191,6 +191,7 @@ KIND_RULES: dict[type, Any] = {
     LinearAttentionState: RecurrentRows(),
     SharedKV: layout.NO_CACHE,
     NoCache: ZeroHeadCells(),
+    **layout.DEEPSEEK_V4_NOT_MODELLED,
 }
 
 

@@ -178,6 +178,7 @@ KIND_RULES: dict[type, Any] = {
     LinearAttentionState: StateSlots(),
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
+    **layout.DEEPSEEK_V4_NOT_MODELLED,
 }
 
 

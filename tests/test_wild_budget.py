@@ -1,0 +1,83 @@
+"""The budget model (`fit` with no --kv-budget) against public start-up logs nobody here wrote
+(tests/data/wild-logs.yaml), split once into a calibration part and a held-out part (tests/data/wild-split.yaml,
+drawn by a hash of source and model before any constant was fitted). The only constant fitted on them
+(overhead.VLLM_TP_NON_TORCH_BYTES) used the calibration part; this test holds the held-out part to issue 13's
+target and pins every case to the error the README table reports, so neither can drift from the code.
+
+The arguments of each case come from the log entry (bench/budget_eval.py build_args: GPU, tp/pp, engine@version,
+gpu_memory_utilization, max_model_len, dtypes and knobs it states) and the logged KV tokens are read from the log
+text by regex.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+import budget_eval  # noqa: E402
+
+from conftest import run_cli  # noqa: E402
+
+ENTRIES = {e["id"]: e for e in yaml.safe_load(budget_eval.LOGS.read_text())}
+SPLIT = yaml.safe_load(budget_eval.SPLIT.read_text())
+
+# Held-out cases beyond 3%, with what their logs show (README, "Capacity from the GPU alone").
+KNOWN_MISSES = {
+    "vllm-minimax-m2.5-fp8-4xrtxpro6000-tp4-default": (0.12, "vLLM version not stated (newest rules); 8.10 GiB of "
+                                                             "non-KV memory on 4 PCIe Blackwell GPUs against 5.50 "
+                                                             "estimated, not itemised in the log"),
+    "vllm-llama-4-scout-17b-16e-instruct-h100-80gb-tp4-len8192": (0.09, "weights 53.12 GiB per GPU logged against "
+                                                                        "51.81 from the config"),
+    "vllm-qwen2-7b-2xa100-40gb-tp2-gmu0.5-two-nodes-ray": (0.07, "two nodes over Ray: 0.7 GiB more non-KV memory"),
+    "vllm-qwen3-30b-a3b-h100-80gb-tp1-len8192": (0.035, "MoE activation peak 2.68 GiB logged against 2.32"),
+}
+
+
+def _evaluable() -> list[str]:
+    out = []
+    for cid, entry in ENTRIES.items():
+        args, info = budget_eval.build_args(entry)
+        if args is not None and budget_eval.logged(entry, info.get("engine", "vllm")).get("tokens") is not None:
+            out.append(cid)
+    return out
+
+
+EVALUABLE = _evaluable()
+
+
+def _error(cid: str) -> float:
+    entry = ENTRIES[cid]
+    args, info = budget_eval.build_args(entry)
+    logged = budget_eval.logged(entry, info.get("engine", "vllm"))["tokens"]
+    r = run_cli(*args)
+    assert r.code == 0, (cid, r.err)
+    predicted = r.json()["results"][0]["kv_capacity_tokens"]
+    return (predicted - logged) / logged
+
+
+@pytest.fixture(scope="module")
+def errors() -> dict[str, float]:
+    return {cid: _error(cid) for cid in EVALUABLE}
+
+
+def test_the_split_covers_every_log_and_both_parts_are_scored():
+    assert set(SPLIT) == set(ENTRIES)
+    assert {SPLIT[c] for c in EVALUABLE} == {"calibrate", "holdout"}
+    assert len(EVALUABLE) >= 39
+
+
+def test_held_out_target(errors):
+    """Issue 13: capacity within 3% for at least 80% of the held-out vLLM and SGLang cases."""
+    held = [abs(e) for cid, e in errors.items() if SPLIT[cid] == "holdout"]
+    assert sum(e <= 0.03 for e in held) >= 0.8 * len(held), sorted(held)
+
+
+@pytest.mark.parametrize("cid", EVALUABLE)
+def test_each_case_within_its_reported_error(errors, cid):
+    bound, _cause = KNOWN_MISSES.get(cid, (0.03, ""))
+    assert abs(errors[cid]) <= bound, (cid, round(100 * errors[cid], 2))
