@@ -51,6 +51,27 @@ ARCH_ALIASES = {
     "RWForCausalLM": "FalconForCausalLM",
     "MPTForCausalLM": "MptForCausalLM",
 }
+# Text-only files of a model transformers ships only inside its multimodal wrapper (aiconfigurator's curated
+# Step-3.7-Flash names Step3p7FlashForCausalLM, a class no engine has): the file's fields become the wrapper's
+# text_config and the tower is dropped after the build, so the count is the language model and its head.
+TEXT_ONLY_ARCHS = {"Step3p7FlashForCausalLM": ("Step3p7ForConditionalGeneration",
+                                               ("model.vision_model", "model.multi_modal_projector"))}
+_TOKEN_TOWER = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 1, "image_size": 28, "patch_size": 14}
+# Routed experts with no data-independent path in transformers 5.24 (Step3p7Experts loops over the experts the
+# router hit: torch.nonzero on meta, and it ignores experts_implementation): on meta those layers are built as the
+# model's dense MLP. Only attention writes the cache; real-device forwards keep the MoE layers (tests/test_step3p7.py).
+META_DENSE_MLP = ("step3p7",)
+
+
+def meta_dense_mlp(config: dict) -> dict:
+    """The config with every MLP dense where META_DENSE_MLP applies (the cache is unchanged), else as given."""
+    if config.get("model_type") not in META_DENSE_MLP:
+        return config
+    d = copy.deepcopy(config)
+    text = d["text_config"] if isinstance(d.get("text_config"), dict) else d
+    text.pop("moe_layers_enum", None)
+    text["mlp_layer_types"] = ["dense"] * make_hf_config(config).get_text_config(decoder=True).num_hidden_layers
+    return d
 
 # Keys that must not reach the native config class.
 _DROP_KEYS = ("auto_map", "_name_or_path", "transformers_version", "quantization_config")
@@ -100,6 +121,10 @@ def make_hf_config(config: dict, *, experts_implementation: str | None = None,
         kwargs["experts_implementation"] = experts_implementation
     if attn_implementation is not None:
         kwargs["attn_implementation"] = attn_implementation
+    if (config.get("architectures") or [None])[0] in TEXT_ONLY_ARCHS:
+        d.pop("architectures", None)
+        tie = {"tie_word_embeddings": d["tie_word_embeddings"]} if "tie_word_embeddings" in d else {}
+        d = {"text_config": d, "vision_config": dict(_TOKEN_TOWER), **tie}
     cfg = AutoConfig.for_model(mt, **d, **kwargs)
     return cfg
 
@@ -108,7 +133,7 @@ def model_class(config: dict):
     import transformers
 
     arch = config["architectures"][0]
-    arch = ARCH_ALIASES.get(arch, arch)
+    arch = TEXT_ONLY_ARCHS[arch][0] if arch in TEXT_ONLY_ARCHS else ARCH_ALIASES.get(arch, arch)
     cls = getattr(transformers, arch, None)
     if cls is None:
         raise ValueError(f"transformers has no class {arch!r}")
@@ -147,6 +172,9 @@ def build_meta_model(config: dict, dtype="float16", *, experts_implementation=No
     td = _torch_dtype(dtype)
     with _quiet(), torch.device(device):
         model = cls._from_config(cfg, dtype=td)
+    for path in TEXT_ONLY_ARCHS.get(config["architectures"][0], ("", ()))[1]:
+        parent, name = path.rsplit(".", 1)
+        setattr(model.get_submodule(parent), name, None)
     model.eval()
     return model
 
@@ -209,9 +237,12 @@ def hf_param_counts(config: dict, dtype="float16") -> dict:
     buffers = sum(b.numel() for _, b in model.named_buffers())
     mtp_built_in_class = mtp > 0
     mtp_cfg_layers = getattr(cfg.get_text_config(decoder=True), "num_mtp_layers", None)
-    mtp_extra = None
+    mtp_extra = mtp_error = None
     if mtp_cfg_layers:
-        mtp_extra = _mtp_param_count(model, mtp_cfg_layers, seen)
+        try:
+            mtp_extra = _mtp_param_count(model, mtp_cfg_layers, seen)
+        except ValueError as e:  # Step-3.7 with 45 layer_types and no MTP entries: get_mtp_config calls it ambiguous
+            mtp_error = str(e)
     out = {
         "params": total,
         "by_prefix": dict(sorted(by_prefix.items())),
@@ -228,6 +259,7 @@ def hf_param_counts(config: dict, dtype="float16") -> dict:
         "mtp_params": mtp if mtp_built_in_class else (mtp_extra or 0),
         "mtp_in_main_class": mtp_built_in_class,
         "num_mtp_layers_cfg": mtp_cfg_layers,
+        "mtp_error": mtp_error,
     }
     del model
     return out
@@ -416,7 +448,8 @@ def hf_cache_bytes(config: dict, batch: int, ctx: int, dtype="float16", encoder_
     # routing mask -> data dependent, impossible on meta).  "batched_mm" is transformers' own
     # data-independent experts implementation (gather weights by expert id + bmm).  Selecting
     # it via config does not touch attention / cache code.
-    model = build_meta_model(config, dtype, experts_implementation=experts_implementation, device=device)
+    dense = meta_dense_mlp(config) if device == "meta" else config
+    model = build_meta_model(dense, dtype, experts_implementation=experts_implementation, device=device)
     t1 = time.perf_counter()
     inputs, enc_len = _model_inputs(model, batch, ctx, encoder_len, device)
     with _quiet(), torch.no_grad():
@@ -432,6 +465,7 @@ def hf_cache_bytes(config: dict, batch: int, ctx: int, dtype="float16", encoder_
         # No module was monkeypatched: every bundled config runs unmodified on meta
         # (MoE via the config switch experts_implementation="batched_mm" only).
         "patches": [],
+        "meta_dense_mlp": dense is not config,
         "experts_implementation": experts_implementation,
         "seconds": {"build": round(t1 - t0, 3), "forward": round(t2 - t1, 3)},
     })

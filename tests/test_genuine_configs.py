@@ -18,8 +18,6 @@ DATA = Path(__file__).with_name("data") / "aic-configs"
     ("MiniMaxAI--MiniMax-M3", "sparse_attention_config"),
     # Kimi-K3 (kimi_linear text): MLA layers interleaved with KDA linear attention; it was sized as all-MLA before
     ("moonshotai--Kimi-K3", "linear_attn_config"),
-    # Step-3.7-Flash: an unknown MoE family; its llama-style guess was 10.7 billion parameters
-    ("stepfun-ai--Step-3.7-Flash", "num_experts"),
 ])
 def test_families_not_sized_yet_are_refused_by_what_they_carry(name, fields):
     for command in (["size", str(DATA / f"{name}_config.json")], ["fit", "--gpu", "8xH200", "--model",
@@ -77,3 +75,18 @@ def test_gemma4_26b_a4b_is_sized_by_its_own_family():
     out = run_cli("size", str(DATA / "google--gemma-4-26B-A4B_config.json"), "--ctx", "8k", "--json").json()
     assert out["params"] == 25_805_933_872 and not out["warnings"]  # transformers 5.24 on meta, same config
     assert out["kv_bytes_per_token"] == 5 * 2 * 512 * 2 * 2
+
+
+def test_step_3_7_flash_is_sized_by_its_own_family():
+    """Refused (num_experts) until Step-3.7 had a family; its llama-style guess was 10.7 billion parameters.
+    tests/test_step3p7.py checks it against transformers and vLLM. 12 full + 33 sliding-512 layers, 8 KV heads x 128
+    on both: at 8k the hf cache holds 511 tokens in the sliding layers, vLLM 512 + in-flight tokens (one more token
+    at 8k adds to the full layers only)."""
+    out = run_cli("size", str(DATA / "stepfun-ai--Step-3.7-Flash_config.json"), "--ctx", "8k", "--json").json()
+    assert out["params"] == 195_844_496_640 and not out["warnings"]  # transformers 5.24 on meta, same fields
+    assert out["kv_bytes_per_token"] == 12 * 2 * 8 * 128 * 2
+    groups = {g["kind"]: g for g in out["groups"]}
+    assert (groups["full"]["layers"], groups["sliding"]["layers"]) == (12, 33)
+    hf = run_cli("size", str(DATA / "stepfun-ai--Step-3.7-Flash_config.json"), "--ctx", "8k", "--engine", "hf",
+                 "--json").json()
+    assert hf["kv_bytes"] == (12 * 8192 + 33 * 511) * 2 * 8 * 128 * 2

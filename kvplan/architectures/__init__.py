@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from kvplan.architectures import (
     base, classic, decoder, deepseek, deepseek_v4, defaults, encdec, gemma, gpt_oss, hybrid, llama4, mimo, nemotron_nas,
-    schema, vision,
+    schema, step, vision,
 )
 from kvplan.architectures.base import Cfg
 from kvplan.errors import ConfigError
@@ -56,6 +56,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("gemma", _mt("gemma", "gemma2", "gemma3", "gemma3_text"), gemma.build),
     Family("gpt-oss", _mt("gpt_oss"), gpt_oss.build),
     Family("mimo-v2-flash", _mt("mimo_v2_flash"), mimo.build),
+    # Step-3.7: the step3p7 wrapper (its text_config is model_type step3p5) or the flat text-only file
+    Family("step-3.7", _mt("step3p7"), step.build),
     Family("llama4", _mt("llama4", "llama4_text"), llama4.build),
 )
 DEFAULT = Family("decoder", lambda top, text: True, decoder.build)
@@ -212,6 +214,6 @@ def _widths(c: Cfg) -> Widths:
     dense = c.get("intermediate_size", "ffn_hidden_size", "ffn_dim", "d_ff", "decoder_ffn_dim", "n_inner",
                   default=4 * hidden) or 4 * hidden
     dense = max(dense) if isinstance(dense, list) else int(dense)  # Gemma-3n: one size per layer
-    top_k = int(c.get("num_experts_per_tok", "experts_per_token", "top_k_experts", default=0) or 0)
+    top_k = int(c.get("num_experts_per_tok", "experts_per_token", "top_k_experts", "moe_top_k", default=0) or 0)
     moe = int(c.get("moe_intermediate_size", default=0) or 0)
     return Widths(hidden, vocab, max(dense, top_k * moe), top_k)

@@ -26,9 +26,17 @@ CLASS_DEFAULTS: dict[str, dict[str, object]] = {
     "falcon": {"max_position_embeddings": 2048},
     "gpt_oss": {"sliding_window": 128, "max_position_embeddings": 131_072},
     "llama4_text": {"attention_chunk_size": 8192},
+    # Step3p7TextConfig (transformers 5.24), which AutoConfig also loads for model_type step3p5 (the Hub release's
+    # text_config); the flat aiconfigurator file says model_type step3p7
+    "step3p5": {
+        "vocab_size": 128_815, "hidden_size": 4096, "intermediate_size": 11264, "num_hidden_layers": 45,
+        "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 128_000,
+        "num_experts_per_tok": 8, "n_routed_experts": 288, "moe_intermediate_size": 1280, "share_expert_dim": 1280,
+    },
 }
 
-ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon", "gemma3": "gemma3_text", "gemma4": "gemma4_text"}
+ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon", "gemma3": "gemma3_text", "gemma4": "gemma4_text",
+           "step3p7": "step3p5"}
 
 
 def for_model_type(model_type: str) -> dict[str, object]:

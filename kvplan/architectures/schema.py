@@ -33,7 +33,7 @@ MAX_LIST = 1 << 20       # entries of a list of names (an fp8 checkpoint's modul
 @dataclass(frozen=True)
 class Rule:
     """What one field accepts. kind: int | number | bool | str | str_list | int_list | object | object_list |
-    str_or_object."""
+    str_or_object | index_list (a list of integers or one comma-separated string of them)."""
 
     kind: str
     low: int = 0
@@ -59,6 +59,8 @@ class Rule:
             return f"a number in {span}" if self.low else f"a positive number up to {self.high:,}"
         if self.kind == "int_list":
             return f"a list of integers in {span}"
+        if self.kind == "index_list":
+            return f"a list of integers in {span} or a string of them separated by commas"
         return (f"an integer in {span}" + (" (or one per layer)" if self.per_layer else "")
                 + "".join(f" or {w!r}" for w in self.words))
 
@@ -173,6 +175,19 @@ FIELDS: dict[str, Rule] = {
     **_fields(_TEXT, "quant_algo"),
     **_fields(Rule("int_list", 0, MAX_POSITIONS), "mlp_only_layers", "no_rope_layers", "deepstack_visual_indexes",
               "moe_layers"),
+    # Step-3.7 (step3p7 / its step3p5 text_config): the Hub release's vendor spellings (moe_layers_enum "3,4,...",
+    # attention_other_setting {attention_type, num_attention_heads, num_attention_groups, head_dim}, moe_top_k,
+    # num_attention_groups) and transformers' own (mlp_layer_types, num_sliding_attention_heads, gating, the MTP
+    # layers' mtp_layer_types / mtp_mlp_layer_types); the shared expert's width; the tower projector's bias
+    **_fields(Rule("index_list", 0, MAX_LAYERS), "moe_layers_enum"),
+    **_fields(Rule("str_list"), "mlp_layer_types", "mtp_layer_types", "mtp_mlp_layer_types"),
+    **_fields(Rule("object"), "attention_other_setting", "sparse_attention_config"),
+    **_fields(_TEXT, "attention_type"),
+    **_fields(_HEADS, "num_attention_groups", "num_sliding_attention_heads"),
+    **_fields(Rule("int", 0, MAX_DIM), "share_expert_dim"),
+    **_fields(_EXPERTS, "moe_top_k"),
+    **_fields(Rule("bool", words=("per-head",)), "gating"),
+    **_fields(_FLAG, "projector_bias"),
     **_fields(Rule("int_list", 1, MAX_DIM), "weight_block_size"),
 }
 # Fields whose names mean something else elsewhere, checked only inside their container.
@@ -181,6 +196,9 @@ SCOPED: dict[str, dict[str, Rule]] = {
     "rope_scaling": _ROPE,
     "rope_parameters": _ROPE,
     "block_configs": {"attention": Rule("object"), "ffn": Rule("object"), "ffn_mult": Rule("number", 0, 1 << 10)},
+    # Step-3.7's vision_config in the release's spelling (Step3p7VisionConfig pops width / layers / heads into
+    # hidden_size / num_hidden_layers / num_attention_heads; intermediate_size = int(hidden_size x mlp_ratio))
+    "vision_config": {"width": _DIM, "layers": _LAYERS, "heads": _HEADS, "mlp_ratio": Rule("number", 0, 1 << 10)},
 }
 CONTAINERS = ("object", "object_list", "str_or_object")
 
@@ -244,6 +262,15 @@ def _check(value: Any, rule: Rule, where: str) -> Any:
             items = [_integer(v, rule) for v in value]
             if all(i is not None for i in items):
                 return items
+    elif rule.kind == "index_list":
+        if isinstance(value, list) and len(value) <= MAX_LAYERS:
+            items = [_integer(v, rule) for v in value]
+            if all(i is not None for i in items):
+                return items
+        if isinstance(value, str) and len(value) <= MAX_TEXT:
+            parts = [p.strip() for p in value.split(",") if p.strip()]
+            if all(p.isdigit() and rule.low <= int(p) <= rule.high for p in parts):
+                return value
     elif rule.kind == "number":
         if _is_number(value) and 0 < value <= rule.high:
             return value

@@ -115,6 +115,29 @@ def gemma4_vision(v: Cfg) -> list[WeightPart]:
     return parts
 
 
+def step3p7_vision(v: Cfg) -> list[WeightPart]:
+    """Step3p7VisionModel (transformers 5.24 modeling_step3p7.py): a bias-free conv patch embed, learned positions
+    ((image_size // patch_size)^2), a LayerNorm before the encoder, pre-LN layers (q/k/v/out with biases, fc1/fc2 of
+    int(hidden_size x mlp_ratio), two LayerNorms, two layer-scale vectors), then two stride-2 3x3 convolutions that
+    double the channels twice. Step3p7VisionConfig reads the release's width / layers / heads as hidden_size /
+    num_hidden_layers / num_attention_heads and always recomputes intermediate_size from mlp_ratio."""
+    h = int(v.get("width", "hidden_size"))
+    inter = int(h * float(v.get("mlp_ratio")))
+    patch, image, ch = v.need_int("patch_size"), v.need_int("image_size"), int(v.get("num_channels", default=3))
+    parts = [WeightPart("embeddings.patch_embedding", (h, ch, patch, patch), "other", V),
+             WeightPart("embeddings.position_embedding", ((image // patch) ** 2, h), "other", V)]
+    parts += _ln("pre_layernorm", h)
+    for _ in range(int(v.get("layers", "num_hidden_layers"))):
+        for p in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            parts += _lin(f"self_attn.{p}", h, h)
+        parts += _lin("mlp.fc1", h, inter) + _lin("mlp.fc2", inter, h)
+        parts += _ln("layernorm_before", h) + _ln("layernorm_after", h)
+        parts += [WeightPart("lambda_1", (h,), "other", V), WeightPart("lambda_2", (h,), "other", V)]
+    for name, d_in, d_out in (("downsampler1", h, 2 * h), ("downsampler2", 2 * h, 4 * h)):
+        parts += [WeightPart(name, (d_out, d_in, 3, 3), "other", V), WeightPart(f"{name}.bias", (d_out,), "bias", V)]
+    return parts
+
+
 VISION_TOWERS = {
     "siglip_vision_model": siglip,
     "qwen3_vl": qwen3_vl,
@@ -133,7 +156,13 @@ TOWER_DEFAULTS: dict[str, dict[str, object]] = {
                       "position_embedding_size": 10_240},
     "gemma4_audio": {"hidden_size": 1024, "num_hidden_layers": 12, "num_attention_heads": 8,
                      "subsampling_conv_channels": [128, 32], "conv_kernel_size": 5, "output_proj_dims": 1536},
+    # Step3p7VisionConfig (its model_type step3p5_vision; the release writes perception_encoder)
+    "step3p7": {"hidden_size": 1536, "num_hidden_layers": 47, "num_attention_heads": 16, "num_channels": 3,
+                "image_size": 728, "patch_size": 14, "mlp_ratio": 8960 / 1536},
 }
+# Wrappers whose config class builds one tower whatever vision_config.model_type says (Step3p7Config drops it and
+# builds Step3p7VisionConfig, at its defaults when vision_config is absent): tower, TOWER_DEFAULTS key
+ARCH_TOWERS = {"Step3p7ForConditionalGeneration": (step3p7_vision, "step3p7")}
 
 E = "encoder"
 
@@ -202,6 +231,10 @@ PROJECTORS = {
     "Qwen3VLForConditionalGeneration": lambda v, th, top: [],  # the merger is part of the tower
     "Qwen3_5ForConditionalGeneration": lambda v, th, top: [],
     "Qwen3_5MoeForConditionalGeneration": lambda v, th, top: [],
+    # Step3p7Model.multi_modal_projector: the 4 x width downsampler output to the text width
+    "Step3p7ForConditionalGeneration": lambda v, th, top: _lin(
+        "multi_modal_projector", 4 * int(v.get("width", "hidden_size")), th,
+        bias=bool(top.get("projector_bias", default=False))),
 }
 
 
@@ -217,6 +250,11 @@ def vision_weights(top: Cfg, text_hidden: int) -> tuple[list[WeightPart], list[s
                 audio += AUDIO_TOWERS[mt](top.sub(key, TOWER_DEFAULTS.get(mt)), text_hidden)
             else:
                 notes.append(f"the {mt} audio tower is not modelled: params and weights cover the other parts only")
+    arch = (top.get("architectures") or [""])[0]
+    if arch in ARCH_TOWERS:
+        tower, key = ARCH_TOWERS[arch]
+        v = top.sub("vision_config", TOWER_DEFAULTS[key])
+        return tower(v) + PROJECTORS[arch](v, text_hidden, top) + audio, notes
     if not isinstance(top.raw.get("vision_config"), dict):
         return audio, notes
     mt = str(top.raw["vision_config"].get("model_type") or "")
@@ -226,6 +264,5 @@ def vision_weights(top: Cfg, text_hidden: int) -> tuple[list[WeightPart], list[s
         notes.append(f"the {mt or 'unnamed'} vision tower is not modelled (known: {', '.join(VISION_TOWERS)}): params "
                      "and weights cover the other parts only; the KV cache is unaffected")
         return audio, notes
-    arch = (top.get("architectures") or [""])[0]
     projector = PROJECTORS.get(arch, lambda v, th, top: [])
     return tower(v) + projector(v, text_hidden, top) + audio, notes

@@ -28,6 +28,16 @@ TRANSFORMERS_MISSING = ('--with-model runs the real model code from transformers
 
 MODEL_TYPE_ALIASES = {"RefinedWebModel": "falcon", "RefinedWeb": "falcon"}
 ARCH_ALIASES = {"RWForCausalLM": "FalconForCausalLM", "MPTForCausalLM": "MptForCausalLM"}
+# Text-only files of a model transformers ships only inside its multimodal wrapper (aiconfigurator's curated
+# Step-3.7-Flash: a flat step3p7 file naming Step3p7FlashForCausalLM, a class no engine has): the file's fields become
+# the wrapper's text_config, beside a token vision tower (the cache does not depend on it); ties follow the file.
+TEXT_ONLY_ARCHS = {"Step3p7FlashForCausalLM": "Step3p7ForConditionalGeneration"}
+TOKEN_TOWER = {"hidden_size": 16, "num_hidden_layers": 1, "num_attention_heads": 1, "image_size": 28, "patch_size": 14}
+# Routed experts with no data-independent path in transformers 5.24 (Step3p7Experts loops over the experts the router
+# hit: torch.nonzero, which a meta tensor cannot answer, and it ignores experts_implementation): on meta their MoE
+# layers are built as the model's dense MLP (mlp_layer_types). Only the attention layers write the cache; a run on a
+# real device keeps the MoE layers.
+META_DENSE_MLP = ("step3p7",)
 DROP_KEYS = ("auto_map", "_name_or_path", "transformers_version", "quantization_config", "torch_dtype", "dtype",
              "model_type")
 AUX_ATTRS = ("_sliding_window_tensor", "cumulative_length", "indexer_cumulative_length")
@@ -85,6 +95,10 @@ def hf_config(raw: dict[str, Any], *, experts_implementation: str | None = None)
     for k in DROP_KEYS:
         d.pop(k, None)
     kwargs = {"experts_implementation": experts_implementation} if experts_implementation else {}
+    if arch in TEXT_ONLY_ARCHS:
+        d.pop("architectures", None)
+        tie = {"tie_word_embeddings": d["tie_word_embeddings"]} if "tie_word_embeddings" in d else {}
+        d = {"text_config": d, "vision_config": dict(TOKEN_TOWER), **tie}
     try:
         with _quiet():
             return transformers.AutoConfig.for_model(mt, **d, **kwargs)
@@ -107,7 +121,7 @@ def model_class(raw: dict[str, Any]) -> Any:
     arch = (raw.get("architectures") or [None])[0]
     if not arch:
         raise InputError("--with-model: the config names no architectures[0] class to build")
-    cls = getattr(transformers, ARCH_ALIASES.get(arch, arch), None)
+    cls = getattr(transformers, TEXT_ONLY_ARCHS.get(arch) or ARCH_ALIASES.get(arch, arch), None)
     if cls is None:
         remote = " (the family exists only as remote code on the Hub, which kvplan never runs)" \
             if raw.get("auto_map") else ""
@@ -263,6 +277,11 @@ def run_forward(raw: dict[str, Any], dtype: Any, batch: int, ctx: int, encoder_l
                 ) -> tuple[list[LayerCacheBytes], int, str]:
     import torch
 
+    if device == "meta" and raw.get("model_type") in META_DENSE_MLP:
+        raw = copy.deepcopy(raw)
+        text = raw["text_config"] if isinstance(raw.get("text_config"), dict) else raw
+        text.pop("moe_layers_enum", None)
+        text["mlp_layer_types"] = ["dense"] * hf_config(raw).get_text_config(decoder=True).num_hidden_layers
     model = build_model(raw, dtype, device, experts_implementation="batched_mm" if device == "meta" else None)
     try:
         inputs = _inputs(model, batch, ctx, encoder_len, device)
