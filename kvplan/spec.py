@@ -389,6 +389,9 @@ class WeightPart:
         return n
 
 
+COUNTED_WEIGHT_FORMATS = ("fp8", "mxfp4", "int4")  # quantization methods weights.py counts; others are warned about
+
+
 @dataclass(frozen=True)
 class Quantization:
     """What a checkpoint's quantization_config says about stored weights (see weights.py)."""

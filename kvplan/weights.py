@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from kvplan import dtypes
 from kvplan.errors import InputError
 from kvplan.parallel import cdiv, pp_partition
-from kvplan.spec import ModelSpec, Quantization, WeightPart
+from kvplan.spec import COUNTED_WEIGHT_FORMATS, ModelSpec, Quantization, WeightPart
 
 FLOAT_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 WEIGHT_DTYPES = ("fp32", "fp16", "bf16", "fp8", "int8", "int4")
@@ -64,7 +64,7 @@ def weight_format(spec: ModelSpec, flag: str | None, float_dtype: str) -> Weight
         return WeightFormat(key, f"{key} linear weights + one fp32 scale per output channel; embeddings, norms and "
                             f"lm_head in {float_dtype}", Quantization(key, "per-channel", None))
     q = spec.quantization
-    if q is not None and q.method in ("fp8", "mxfp4", "int4"):
+    if q is not None and q.method in COUNTED_WEIGHT_FORMATS:
         return WeightFormat(q.method, f"{q.detail} (quantization_config); other tensors in {float_dtype}", q)
     return WeightFormat(float_dtype, f"{float_dtype} (model dtype)", None)
 

@@ -90,3 +90,9 @@ def test_step_3_7_flash_is_sized_by_its_own_family():
     hf = run_cli("size", str(DATA / "stepfun-ai--Step-3.7-Flash_config.json"), "--ctx", "8k", "--engine", "hf",
                  "--json").json()
     assert hf["kv_bytes"] == (12 * 8192 + 33 * 511) * 2 * 8 * 128 * 2
+
+
+def test_a_weight_format_kvplan_does_not_count_is_said_not_hidden():
+    """nvidia's NVFP4 export (ModelOpt quant_algo NVFP4): before stop 23 its weights read as plain bf16 with no word."""
+    d = run_cli("size", str(DATA / "nvidia--Gemma-4-31B-IT-NVFP4_config.json"), "--json").json()
+    assert any("NVFP4" in w and "upper bound" in w for w in d["warnings"])

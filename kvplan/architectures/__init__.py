@@ -15,7 +15,7 @@ from kvplan.architectures import (
 )
 from kvplan.architectures.base import Cfg
 from kvplan.errors import ConfigError
-from kvplan.spec import ModelSpec, SlidingWindow, Widths, WindowBeyondContext
+from kvplan.spec import COUNTED_WEIGHT_FORMATS, ModelSpec, SlidingWindow, Widths, WindowBeyondContext
 
 TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
 
@@ -184,6 +184,10 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
         notes.append(f"sliding_window {widened:,} >= the model's {max_ctx:,}-token limit: full attention "
                      "(vLLM still reserves it as a sliding window: one block more per request)")
     mtp = int(text.get("num_nextn_predict_layers", default=0) or 0)
+    quant = base.quantization(top, text)
+    if quant is not None and quant.method not in COUNTED_WEIGHT_FORMATS:
+        warnings.append(f"the checkpoint's weights are {quant.detail.split(';')[0]}, a format kvplan does not count: "
+                        "weights are counted unquantized (an upper bound); --weight-dtype counts another format")
     return ModelSpec(
         architecture=arch or model_type,
         model_type=model_type,
@@ -197,7 +201,7 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
         vllm_max_ctx=vmax,
         vllm_max_ctx_source=vsrc,
         tied_embeddings=tied,
-        quantization=base.quantization(top, text),
+        quantization=quant,
         is_encoder_decoder=is_enc_dec,
         encoder_len=enc_len,
         mtp_layers=mtp,

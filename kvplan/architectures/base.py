@@ -363,7 +363,8 @@ def quantization(top: Cfg, text: Cfg) -> Quantization | None:
     if method in ("gptq", "awq") or q.get("bits") == 4:
         group = int(q.get("group_size", 128) or 128)
         return Quantization("int4", f"{method} int4, group size {group}", (group,), (), kv_hint)
-    return Quantization(method or "unknown", f"quantization_config quant_method={method!r}", None, (), kv_hint)
+    named = f"quant_method {method!r}" + (f", quant_algo {algo!r}" if algo else "")
+    return Quantization(method or "unknown", f"quantized ({named})", None, (), kv_hint)
 
 
 def _kv_hint(q: dict[str, Any]) -> str | None:
