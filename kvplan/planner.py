@@ -109,7 +109,7 @@ def _frontier_points(max_ctx: int | None) -> list[int]:
 
 
 def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int | None, batch: int = 1, *,
-              kv_budget: int | None = None, reserve: int | None = None, frontier: bool = False,
+              kv_budget: int | tuple[int, ...] | None = None, reserve: int | None = None, frontier: bool = False,
               tp: int | None = None, pp: int | None = None, loaded=None, headroom: float = 0.0) -> FitResult:
     """headroom: the share of every stage's KV budget held back before solving (`kvplan check` key headroom)."""
     tp, pp, replicas = parallelism(gpu, tp, pp)
@@ -129,8 +129,12 @@ def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int |
     dtype_bytes = s.kvd.k.block_bytes if not s.kvd.k.is_block else 2
     weight_per_stage = [s.weight_bytes(stage) for stage in range(pp)]
     if kv_budget is not None:
-        budgets = tuple(Budget(kv_budget, (("KV budget (--kv-budget)", kv_budget),)) for _ in range(pp))
-        assumptions.append(f"KV budget {kv_budget:,} B per GPU given (--kv-budget): the budget model is skipped")
+        per_stage = kv_budget if isinstance(kv_budget, tuple) else (kv_budget,) * pp
+        if len(per_stage) != pp:
+            raise InputError(f"{len(per_stage)} KV budgets for {pp} pipeline stages")
+        budgets = tuple(Budget(b, (("KV budget (--kv-budget)", b),)) for b in per_stage)
+        shown = f"{kv_budget:,} B" if not isinstance(kv_budget, tuple) else " / ".join(f"{b:,}" for b in per_stage) + " B by stage"
+        assumptions.append(f"KV budget {shown} per GPU given (--kv-budget): the budget model is skipped")
     else:
         budgets = tuple(module.budget(s.prepared, s.spec, dev, stage, weight_per_stage[stage], opts, reserve, dtype_bytes)
                         for stage in range(pp))

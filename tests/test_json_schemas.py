@@ -25,7 +25,7 @@ from kvplan import catalog
 
 fake_hub = hubserver.fake_hub  # the fixture (isolated HF_HOME, a local fake Hub), under its name in this module
 
-SCHEMA_NAMES = ("size", "fit", "check", "verify", "models", "gpus", "pull", "plan")
+SCHEMA_NAMES = ("size", "fit", "check", "verify", "models", "gpus", "pull", "plan", "explain")
 ENGINES = ("vllm", "sglang", "llamacpp", "trtllm", "hf")
 DRAFT_2020_12 = "https://json-schema.org/draft/2020-12/schema"
 
