@@ -75,7 +75,13 @@ class Context:
     def command(self) -> str:
         """The `kvplan fit` command this explanation runs, for the user to rerun or change."""
         f = self.facts
-        parts = ["kvplan fit", self.model or "MODEL", "--gpu", self.gpu.requested, "--engine", self.engine]
+        gpu = self.gpu.requested if self.gpu_known else "GPU"
+        if f.engine == "llamacpp":  # a context per run, no budget: `size` is the command that sizes it
+            parts = ["kvplan size", self.model or "MODEL", "--engine", self.engine]
+            if f.runs and f.runs[0].ctx:
+                parts += ["--ctx", str(f.runs[0].ctx)]
+        else:
+            parts = ["kvplan fit", self.model or "MODEL", "--gpu", gpu, "--engine", self.engine]
         if f.tp > 1:
             parts += ["--tp", str(f.tp)]
         if f.pp > 1:
