@@ -4,7 +4,7 @@ gives), and `fit` at the printed KV budget's bounds. Each engine's module turns 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import PurePosixPath
 from typing import Any
@@ -225,4 +225,4 @@ def gib(b: int | float | Decimal) -> str:
     return f"{float(b) / GiB:.2f} GiB"
 
 
-__all__ = ["Overrides", "Context", "context", "budget_bounds", "within", "rel_error", "gib", "replace"]
+__all__ = ["Overrides", "Context", "context", "budget_bounds", "within", "rel_error", "gib"]

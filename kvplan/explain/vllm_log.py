@@ -230,7 +230,6 @@ class _Exact:
         f = c.facts
         self.mml = f.knobs.get("max_model_len")
         self.budgets = self._budgets(f)
-        self.why_budget = ""
         self._cache: dict = {}
 
     def _budgets(self, f):
