@@ -13,7 +13,6 @@ the entries that could not be evaluated and why. Nothing is asserted; this scrip
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import re
 import statistics
@@ -32,6 +31,7 @@ GiB = 1 << 30
 
 sys.path.insert(0, str(ROOT))
 from kvplan import catalog, gpus  # noqa: E402  (read-only look-ups: alias table and GPU catalog)
+from kvplan.explain.common import literal_dict  # noqa: E402  (the log reader's own dict parser)
 
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
@@ -77,21 +77,9 @@ def non_default_args(entry: dict) -> dict:
     for text in texts:
         if not text:
             continue
-        try:
-            value = ast.literal_eval(str(text))
-        except (ValueError, SyntaxError):
-            value = None
-        if isinstance(value, dict):
+        value = literal_dict(str(text))  # elided dicts ('..., x: 1, ...') read pair by pair
+        if value:
             return value
-        # elided dicts ("..., 'x': 1, ...") do not parse: read "'key': literal" pairs one by one
-        pairs = {}
-        for k, v in re.findall(r"'(\w+)': ('[^']*'|True|False|None|-?[\d.]+)", str(text)):
-            try:
-                pairs[k] = ast.literal_eval(v)
-            except (ValueError, SyntaxError):
-                pass
-        if pairs:
-            return pairs
     return {}
 
 

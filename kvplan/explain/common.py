@@ -203,18 +203,25 @@ def flag_values(text: str) -> dict[str, str]:
     return out
 
 
-KV_DTYPE_WORDS = {"fp8": "fp8", "fp8_e4m3": "fp8_e4m3", "fp8_e5m2": "fp8_e5m2", "fp8_ds_mla": "fp8",
-                  "bfloat16": "bf16", "bf16": "bf16", "float16": "fp16", "fp16": "fp16", "f16": "fp16", "half": "fp16",
-                  "float32": "fp32", "fp32": "fp32", "f32": "fp32", "q8_0": "q8_0", "q4_0": "q4_0", "q4_1": "q4_1",
-                  "q5_0": "q5_0", "q5_1": "q5_1", "iq4_nl": "iq4_nl", "float8_e4m3fn": "fp8_e4m3",
-                  "torch.float8_e4m3fn": "fp8_e4m3", "torch.bfloat16": "bf16", "torch.float16": "fp16"}
+# engine-log spellings kvplan's dtype names do not cover (torch names, vLLM's MLA record format)
+_LOG_DTYPE_WORDS = {"float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2", "fp8_ds_mla": "fp8"}
 
 
 def dtype_word(text: Any) -> str | None:
-    """'fp8', 'torch.bfloat16', 'f16' -> kvplan's dtype name; 'auto' and unknown words -> None."""
+    """'fp8', 'torch.bfloat16', 'f16' -> kvplan's dtype name (kvplan.dtypes' aliases); 'auto' and unknown -> None."""
+    from kvplan.dtypes import kv_dtype
+    from kvplan.errors import KvplanError
+
     if text is None:
         return None
-    return KV_DTYPE_WORDS.get(str(text).strip().strip("'\"").lower())
+    word = str(text).strip().strip("'\"").lower().removeprefix("torch.")
+    word = _LOG_DTYPE_WORDS.get(word, word)
+    if word == "auto":
+        return None
+    try:
+        return kv_dtype(word).name
+    except KvplanError:
+        return None
 
 
 KV_LINE = re.compile(r"KV cache|KV Cache|kv cache|KV buffer|KV self|#tokens|num_gpu_blocks|GPU blocks|"

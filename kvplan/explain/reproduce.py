@@ -42,7 +42,7 @@ class Context:
     offline: bool | None = None
     timeout: float | None = None
     notes: list[str] = field(default_factory=list)
-    loaded: Any = None  # (ResolvedModel, ModelSpec) built from facts the log printed, when it names no loadable model
+    loaded: Any = None  # (ResolvedModel, ModelSpec): read once, or built from facts the log printed
     ctx: int | None = None
 
     def model_options(self):
@@ -59,17 +59,25 @@ class Context:
         return EngineOptions(self.engine, f.kv_dtype if not (f.k_dtype or f.v_dtype) else None, f.k_dtype, f.v_dtype,
                              None, f.weight_dtype, f.tp, f.pp, _parsed(merged))
 
+    def load(self):
+        """The model's config and spec, read once for every figure of the log (not once per figure)."""
+        if self.loaded is None:
+            from kvplan.sizing import load_spec
+
+            self.loaded = load_spec(self.model_options())
+        return self.loaded
+
     def fit(self, *, kv_budget: int | tuple[int, ...] | None, ctx: int | None = None, **knobs: Any):
         from kvplan import planner
 
         return planner.fit_model(self.model_options(), self.engine_options(**knobs), self.gpu, ctx,
-                                 kv_budget=kv_budget, tp=self.facts.tp, pp=self.facts.pp, loaded=self.loaded)
+                                 kv_budget=kv_budget, tp=self.facts.tp, pp=self.facts.pp, loaded=self.load())
 
     def size(self, ctx: int, **knobs: Any):
         from kvplan import sizing
 
         eo = self.engine_options(**knobs)
-        s = sizing.setup(self.model_options(), eo, loaded=self.loaded)
+        s = sizing.setup(self.model_options(), eo, loaded=self.load())
         return s, s.prepared.plan(ctx, 1)
 
     def command(self) -> str:
