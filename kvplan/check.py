@@ -727,9 +727,10 @@ def parse_file(path: str) -> FileReport:
 class _Resolver:
     """GPU selections and loaded models, each resolved once for all deployments of all files."""
 
-    def __init__(self, offline: bool, timeout: float | None = None):
+    def __init__(self, offline: bool, timeout: float | None = None, calibrations: tuple = ()):
         self.offline = offline
         self.timeout = timeout
+        self.calibrations = calibrations  # saved measurements (calibration.py) every deployment's fit may use
         self.gpus: dict[str, Any] = {}
         self.models: dict[tuple[str, str | None], Any] = {}
 
@@ -818,7 +819,8 @@ def _solve(dep: Deployment, res: _Resolver, report: FileReport) -> DeploymentRes
                                     workload.parse_lengths(dep.get("output"), "output"), dep.get("shared_prefix") or 0)
             traffic = serving.plan(res.model_options(dep.get("model"), dep.get("revision")), eo, sel, work,
                                    users=dep.get("users"), tpot=dep.get("tpot"), kv_budget=dep.get("kv_budget"),
-                                   reserve=dep.get("reserve"), tp=dep.get("tp"), pp=dep.get("pp"))
+                                   reserve=dep.get("reserve"), tp=dep.get("tp"), pp=dep.get("pp"),
+                                   calibrations=res.calibrations)
         except KvplanError as e:
             fail(None, f"deployment {dep.name!r}: {e}")
             return None
@@ -827,7 +829,8 @@ def _solve(dep: Deployment, res: _Resolver, report: FileReport) -> DeploymentRes
     try:
         r = planner.fit_model(res.model_options(dep.get("model"), dep.get("revision")), eo, sel, ctx, batch,
                               kv_budget=dep.get("kv_budget"), reserve=dep.get("reserve"), frontier=True,
-                              tp=dep.get("tp"), pp=dep.get("pp"), loaded=loaded, headroom=dep.get("headroom") or 0.0)
+                              tp=dep.get("tp"), pp=dep.get("pp"), loaded=loaded, headroom=dep.get("headroom") or 0.0,
+                              calibrations=res.calibrations)
     except KvplanError as e:
         fail(None, f"deployment {dep.name!r}: {e}")
         return None
@@ -905,7 +908,7 @@ def _judge(dep: Deployment, r: Any, sel: Any, tp: int, pp: int, ctx: int, batch:
 
 
 def run(paths: list[str], *, only: list[str] | None = None, offline: bool = False,
-        timeout: float | None = None) -> CheckReport:
+        timeout: float | None = None, calibrations: tuple = ()) -> CheckReport:
     """Check every deployment of every file (or only those named); problems of every file are collected."""
     files = [parse_file(p) for p in paths]
     wanted = set(only or ())
@@ -915,7 +918,7 @@ def run(paths: list[str], *, only: list[str] | None = None, offline: bool = Fals
         if unknown and all(f.valid for f in files):
             have = ", ".join(sorted(n for n in known if n)) or "none"
             raise InputError(f"--only: no deployment named {', '.join(map(repr, unknown))} (deployments: {have})")
-    res = _Resolver(offline, timeout)
+    res = _Resolver(offline, timeout, calibrations)
     for f in files:
         for dep in f.deployments:
             if wanted and dep.get("name") not in wanted:

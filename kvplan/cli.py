@@ -128,6 +128,8 @@ Refresh = Annotated[bool, typer.Option("--refresh", help="ask the Hub even for b
 Hub = Annotated[bool, typer.Option("--hub", help="resolve a bundled Hub id on the Hub instead of the bundled file", rich_help_panel="Model")]
 Token = Annotated[Optional[str], typer.Option("--token", metavar="TOKEN", help="Hugging Face token (default: HF_TOKEN or the stored login)", rich_help_panel="Model")]
 Timeout = Annotated[Optional[float], typer.Option("--timeout", metavar="SECONDS", help="seconds to wait for the Hub per lookup (default 10, env KVPLAN_HUB_TIMEOUT)", rich_help_panel="Model")]
+Calibrations = Annotated[Optional[str], typer.Option("--calibrations", metavar="FILE", help="calibration file (default $KVPLAN_CALIBRATIONS or ~/.config/kvplan/calibrations.yaml): non-KV memory measured by engine logs, saved by kvplan explain --save-calibration", rich_help_panel="Budget")]
+NoCalibration = Annotated[bool, typer.Option("--no-calibration", help="ignore saved calibrations: the budget model's estimate", rich_help_panel="Budget")]
 # engine knobs (each engine accepts only its own; engines/*.py KNOBS declare them, a test keeps these flags equal
 # to that table both ways). Values are read as text and parsed by the knob's kind (Knob.parse), so every command
 # gives the same one-line error for a bad value.
@@ -272,6 +274,7 @@ def fit(
     kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", metavar="SIZE", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB", rich_help_panel="Budget")] = None,
     reserve: Annotated[Optional[str], typer.Option("--reserve", metavar="SIZE", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB", rich_help_panel="Budget")] = None,
     headroom: Annotated[Optional[str], typer.Option("--headroom", metavar="FRACTION", help="share of the KV budget held back before solving, e.g. 10%", rich_help_panel="Budget")] = None,
+    calibrations: Calibrations = None, no_calibration: NoCalibration = False,
     gpu_memory_utilization: GpuMemUtil = None, max_num_seqs: MaxNumSeqs = None, max_model_len: MaxModelLen = None,
     mem_fraction_static: MemFractionStatic = None, max_total_tokens: MaxTotalTokens = None,
     max_running_requests: MaxRunningRequests = None, context_length: ContextLength = None,
@@ -314,6 +317,7 @@ def fit(
         mo_template=mo, kv_budget=parse_kv_budget(kv_budget) if kv_budget else None,
         reserve=_parse_reserve(reserve), tp=parse_count(tp, "--tp") if tp else None, pp=parse_count(pp, "--pp") if pp else None,
         headroom=parse_headroom(headroom, "--headroom") if headroom else 0.0,
+        calibrations=_calibrations(calibrations, no_calibration),
     )
     if json_out:
         _print_json(report.to_json())
@@ -369,6 +373,7 @@ def plan(
     pp: Annotated[Optional[str], typer.Option("--pp", "--pipeline-parallel-size", metavar="N", help="pipeline-parallel stages", rich_help_panel="Engine and layout")] = None,
     kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", metavar="SIZE", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB", rich_help_panel="Budget")] = None,
     reserve: Annotated[Optional[str], typer.Option("--reserve", metavar="SIZE", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB", rich_help_panel="Budget")] = None,
+    calibrations: Calibrations = None, no_calibration: NoCalibration = False,
     gpu_memory_utilization: GpuMemUtil = None, max_num_seqs: MaxNumSeqs = None, max_model_len: MaxModelLen = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None,
     enable_prefix_caching: PrefixCaching = None,
@@ -408,6 +413,7 @@ def plan(
             interconnect=parse_bandwidth(interconnect, "--interconnect") if interconnect else None,
             kv_budget=parse_kv_budget(kv_budget) if kv_budget else None, reserve=_parse_reserve(reserve),
             tp=parse_count(tp, "--tp") if tp else None, pp=parse_count(pp, "--pp") if pp else None, burst=burst,
+            calibrations=_calibrations(calibrations, no_calibration),
         )
     if json_out:
         _print_json(report.to_json())
@@ -429,6 +435,8 @@ def explain(
     engine: Engine = None, kv_dtype: KvDtype = None,
     tp: Annotated[Optional[str], typer.Option("--tp", "--tensor-parallel-size", metavar="N", help="tensor-parallel GPUs, where the log does not say", rich_help_panel="Engine and layout")] = None,
     ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", metavar="TOKENS", help="the context the engine sized for, where the log prints none (llama.cpp -c)")] = None,
+    save_calibration: Annotated[bool, typer.Option("--save-calibration", help="save the non-KV memory this vLLM log measured (per GPU) to the calibration file, for later fit / check / plan runs on that GPU, engine version and model shape", rich_help_panel="Budget")] = False,
+    calibrations: Calibrations = None,
     json_out: Json = False, offline: Offline = False, timeout: Timeout = None,
 ) -> None:
     from kvplan import explain as ex
@@ -438,6 +446,8 @@ def explain(
                      ctx=parse_tokens(ctx, "--ctx") if ctx else None, tp=parse_count(tp, "--tp") if tp else None,
                      offline=offline or None, timeout=timeout)
     result = ex.explain(text, o)
+    if save_calibration:
+        ex.save_calibration(result, text, "stdin" if log == "-" else os.path.basename(log), calibrations)
     if json_out:
         _print_json({"schema": 1, **result.to_json()})
     else:
@@ -446,6 +456,17 @@ def explain(
         render.console().print(render.explain_view(result))
     if result.exit_code:
         raise typer.Exit(result.exit_code)
+
+
+def _calibrations(path: str | None, off: bool) -> tuple:
+    """The saved calibrations a fit uses: none with --no-calibration; a named file must exist."""
+    from kvplan import calibration
+
+    if off:
+        if path:
+            raise InputError("--calibrations and --no-calibration contradict each other; give one")
+        return ()
+    return calibration.load(path, must_exist=bool(path))
 
 
 def _read_log(path: str) -> str:
@@ -476,6 +497,7 @@ def check(
     only: Annotated[Optional[list[str]], typer.Option("--only", metavar="NAME", help="check only the deployment NAME (repeatable)", rich_help_panel="Output")] = None,
     offline: Offline = False,
     timeout: Timeout = None,
+    calibrations: Calibrations = None, no_calibration: NoCalibration = False,
     json_out: Annotated[bool, typer.Option("--json", help="the same as --format json", rich_help_panel="Output")] = False,
 ) -> None:
     from kvplan import check as checks, render
@@ -492,7 +514,8 @@ def check(
     from kvplan.progress import waiting
 
     with waiting("checking deployments"):
-        report = checks.run(files, only=only, offline=offline, timeout=timeout)
+        report = checks.run(files, only=only, offline=offline, timeout=timeout,
+                            calibrations=_calibrations(calibrations, no_calibration))
     if fmt == "json":
         text = json.dumps(report.to_json(), indent=2) + "\n"
     elif fmt == "junit":

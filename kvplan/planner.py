@@ -37,7 +37,14 @@ class FitResult:
     assumptions: tuple[str, ...]
     replicas: int = 1
     kv_bytes_per_token: int = 0  # of the plan at (ctx, 1) the result was solved with
-    kv_budget_source: str = "estimated"  # flag (--kv-budget / kv_budget) | estimated (the budget model)
+    # flag (--kv-budget / kv_budget) | calibrated (non-KV memory an engine log measured, calibration.py) |
+    # estimated (the budget model)
+    kv_budget_source: str = "estimated"
+    # the KV budget per GPU (limiting stage) and token capacity the evidence supports: a calibration's printed
+    # precision, or the central 80% of public logs against the budget model (evidence.py); None for a given budget
+    kv_budget_range: tuple[int, int] | None = None
+    kv_capacity_tokens_range: tuple[int, int] | None = None
+    kv_budget_range_basis: str = ""
 
     @property
     def kv_budget_bytes(self) -> int:
@@ -59,6 +66,9 @@ class FitResult:
             "weights_fit": self.weights_fit,
             "kv_budget_bytes": self.kv_budget_bytes,
             "kv_budget_source": self.kv_budget_source,
+            "kv_budget_range_bytes": list(self.kv_budget_range) if self.kv_budget_range else None,
+            "kv_capacity_tokens_range": list(self.kv_capacity_tokens_range) if self.kv_capacity_tokens_range else None,
+            "kv_budget_range_basis": self.kv_budget_range_basis or None,
             "kv_capacity_tokens": c.kv_capacity_tokens,
             "max_batch": self.max_batch,
             "engine_batch_cap": c.engine_batch_cap,
@@ -110,8 +120,10 @@ def _frontier_points(max_ctx: int | None) -> list[int]:
 
 def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int | None, batch: int = 1, *,
               kv_budget: int | tuple[int, ...] | None = None, reserve: int | None = None, frontier: bool = False,
-              tp: int | None = None, pp: int | None = None, loaded=None, headroom: float = 0.0) -> FitResult:
-    """headroom: the share of every stage's KV budget held back before solving (`kvplan check` key headroom)."""
+              tp: int | None = None, pp: int | None = None, loaded=None, headroom: float = 0.0,
+              calibrations: tuple = ()) -> FitResult:
+    """headroom: the share of every stage's KV budget held back before solving (`kvplan check` key headroom).
+    calibrations: saved measurements (calibration.py); one whose key matches replaces the non-KV estimate."""
     tp, pp, replicas = parallelism(gpu, tp, pp)
     eo = replace(eo, tp=tp, pp=pp)
     dev = gpu_context(gpu)
@@ -128,6 +140,8 @@ def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int |
         warnings.append(f"ctx {requested:,} clamped to the model maximum {model_max:,} ({s.max_ctx_source})")
     dtype_bytes = s.kvd.k.block_bytes if not s.kvd.k.is_block else 2
     weight_per_stage = [s.weight_bytes(stage) for stage in range(pp)]
+    source = "flag" if kv_budget is not None else "estimated"
+    cal = None
     if kv_budget is not None:
         per_stage = kv_budget if isinstance(kv_budget, tuple) else (kv_budget,) * pp
         if len(per_stage) != pp:
@@ -136,8 +150,14 @@ def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int |
         shown = f"{kv_budget:,} B" if not isinstance(kv_budget, tuple) else " / ".join(f"{b:,}" for b in per_stage) + " B by stage"
         assumptions.append(f"KV budget {shown} per GPU given (--kv-budget): the budget model is skipped")
     else:
-        budgets = tuple(module.budget(s.prepared, s.spec, dev, stage, weight_per_stage[stage], opts, reserve, dtype_bytes)
-                        for stage in range(pp))
+        cal = _calibration(s, gpu, calibrations, warnings) if reserve is None else None
+        if cal is not None:
+            source = "calibrated"
+            budgets = tuple(module.calibrated_budget(s.prepared, s.spec, dev, stage, opts, dtype_bytes, cal)
+                            for stage in range(pp))
+        else:
+            budgets = tuple(module.budget(s.prepared, s.spec, dev, stage, weight_per_stage[stage], opts, reserve,
+                                          dtype_bytes) for stage in range(pp))
         for b in budgets[:1]:
             assumptions.extend(b.notes)
     if headroom:
@@ -145,6 +165,13 @@ def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int |
         assumptions.append(f"headroom: {headroom:.4g} of the KV budget held back before solving")
     kv = [b.kv_bytes for b in budgets]
     cap = module.capacity(s.prepared, s.spec, ctx, kv, opts, dev, model_max)
+    shift, basis = _uncertainty(source, s, cal if kv_budget is None else None, reserve)
+    budget_range = tokens_range = None
+    if shift is not None and min(kv) > 0:
+        ends = [[max(0, b + d) for b in kv] for d in shift]
+        budget_range = (min(ends[0]), min(ends[1]))
+        tokens_range = tuple(module.capacity(s.prepared, s.spec, ctx, e, opts, dev, model_max).kv_capacity_tokens
+                             for e in ends)
     engine_cap = cap.engine_batch_cap
     max_b = min(cap.max_batch, engine_cap) if engine_cap else cap.max_batch
     limit = model_max or UNBOUNDED_MAX_CTX
@@ -166,8 +193,37 @@ def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int |
     fits = min(kv) > 0 and max_b >= 1
     stage = plan.limiting_stage
     return FitResult(s, gpu, ctx, requested, batch, weight_per_stage[stage], budgets, cap, max_b, max_ctx, fits, front,
-                     tuple(warnings), tuple(assumptions), replicas, plan.kv_bytes_per_token,
-                     "flag" if kv_budget is not None else "estimated")
+                     tuple(warnings), tuple(assumptions), replicas, plan.kv_bytes_per_token, source, budget_range,
+                     tokens_range, basis)
+
+
+def _calibration(s: Setup, gpu: GpuSelection, calibrations: tuple, warnings: list[str]):
+    """The saved measurement for this engine rules row, GPU, model shape, weights and parallelism, if any."""
+    if not calibrations or not hasattr(s.engine.module, "calibrated_budget") or gpu.gpu.vendor == "generic":
+        return None
+    from kvplan import calibration
+
+    key = calibration.Key(s.engine.name, s.engine.selected.version, gpu.gpu.name, calibration.model_shape(s.spec),
+                          s.weight_format.name, s.tp, s.pp)
+    cal, why_not = calibration.find(calibrations, key)
+    if why_not:
+        warnings.append(why_not)
+    return cal
+
+
+def _uncertainty(source: str, s: Setup, cal, reserve: int | None) -> tuple[tuple[int, int] | None, str]:
+    """(low, high) shifts of the KV budget the evidence supports, and what it is."""
+    if source == "calibrated":
+        hw = cal.half_width_bytes
+        return (-hw, hw), f"the calibration's printed precision (± {hw:,} B per GPU)"
+    if source == "estimated" and reserve is None:
+        from kvplan import evidence
+
+        ev = evidence.for_engine(s.engine.name)
+        if ev is not None:
+            lo, hi = ev.budget_range(0)
+            return (lo, hi), ev.basis()
+    return None, ""
 
 
 def _hold_back(b: Budget, headroom: float) -> Budget:
@@ -201,7 +257,7 @@ class FitReport:
 
 def fit(models: list[str] | None, eo: EngineOptions, gpu: GpuSelection, ctx: int | None, batch: int = 1, *,
         mo_template: ModelOptions | None = None, kv_budget: int | None = None, reserve: int | None = None,
-        tp: int | None = None, pp: int | None = None, headroom: float = 0.0) -> FitReport:
+        tp: int | None = None, pp: int | None = None, headroom: float = 0.0, calibrations: tuple = ()) -> FitReport:
     """One model (with its frontier) or, without models, the whole bundled catalog at ctx (default 4096)."""
     template = mo_template or ModelOptions("")
     results, errors = [], []
@@ -210,7 +266,8 @@ def fit(models: list[str] | None, eo: EngineOptions, gpu: GpuSelection, ctx: int
     for ref in refs:
         try:
             results.append(fit_model(replace(template, model=ref), eo, gpu, ctx, batch, kv_budget=kv_budget,
-                                     reserve=reserve, frontier=one, tp=tp, pp=pp, headroom=headroom))
+                                     reserve=reserve, frontier=one, tp=tp, pp=pp, headroom=headroom,
+                                     calibrations=calibrations))
         except KvplanError as e:
             if one:
                 raise

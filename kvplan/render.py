@@ -252,8 +252,12 @@ def fit_one_view(report: Any) -> Group:
                         "  [dim](requests of this ctx fit; the engine's start-up check at its max_model_len does not: "
                         "see warnings)[/dim]"))
     head.add_row("weights / GPU", bytes_cell(r.weight_bytes) + f"  [dim]{s.weight_format.name}[/dim]")
-    head.add_row("KV budget / GPU", bytes_cell(r.kv_budget_bytes))
-    head.add_row("KV capacity", f"{fmt_int(c.kv_capacity_tokens)} tokens  [dim](as {report.engine} prints it)[/dim]")
+    head.add_row("KV budget / GPU", bytes_cell(r.kv_budget_bytes) + f"  [dim]{r.kv_budget_source}[/dim]"
+                 + (f"   likely {fmt_bytes(r.kv_budget_range[0])} .. {fmt_bytes(r.kv_budget_range[1])}"
+                    if r.kv_budget_range else ""))
+    head.add_row("KV capacity", f"{fmt_int(c.kv_capacity_tokens)} tokens  [dim](as {report.engine} prints it)[/dim]"
+                 + (f"   likely {fmt_int(r.kv_capacity_tokens_range[0])} .. {fmt_int(r.kv_capacity_tokens_range[1])}"
+                    if r.kv_capacity_tokens_range else ""))
     head.add_row(f"at ctx {fmt_int(r.ctx)}", f"max batch {fmt_int(r.max_batch)}" + (f"  [dim](engine cap {fmt_int(c.engine_batch_cap)})[/dim]" if c.engine_batch_cap else "")
                  + (f"   concurrency {c.concurrency:.2f}x" if c.concurrency is not None else ""))
     head.add_row(f"at batch {fmt_int(r.batch)}", f"max ctx {fmt_int(r.max_ctx)}" + (f"  [dim](model max {fmt_int(s.max_ctx)})[/dim]" if s.max_ctx else ""))
@@ -266,7 +270,8 @@ def fit_one_view(report: Any) -> Group:
     parts: list[Any] = [Panel(head, title="kvplan fit", title_align="left"), budget]
     if r.frontier and r.weights_fit:
         parts.append(frontier_chart(r.frontier))
-    for block in (_notes("warnings", r.warnings, "yellow"), _notes("assumptions", r.assumptions, "dim")):
+    basis = (f"likely range: {r.kv_budget_range_basis}",) if r.kv_budget_range_basis else ()
+    for block in (_notes("warnings", r.warnings, "yellow"), _notes("assumptions", (*basis, *r.assumptions), "dim")):
         if block is not None:
             parts.append(block)
     return Group(*parts)
@@ -743,4 +748,11 @@ def explain_view(x: Any) -> Group:
     unread = _notes("lines about the KV cache that kvplan has no rule for", (f"line {i}: {s[:160]}" for i, s in x.unread), "dim")
     notes = _notes("notes", [*f.notes, *c.notes], "yellow")
     parts += [n for n in (unread, notes) if n is not None]
+    if x.saved:
+        e = x.saved["entry"]
+        shown = " / ".join(f"{b:,} B ({b / 2**30:.2f} GiB)" for b in e["non_kv_bytes"])
+        parts.append(Text(f"calibration {'replaced' if x.saved['replaced'] else 'saved'} in {x.saved['path']}: non-KV "
+                          f"memory {shown} per GPU for {e['key']['engine']} {e['key']['rules']} rules, {e['key']['gpu']}, "
+                          f"tp {e['key']['tp']} x pp {e['key']['pp']}; later fit / check / plan runs with the same "
+                          "model shape use it", style="green"))
     return Group(*parts)

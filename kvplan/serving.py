@@ -346,7 +346,8 @@ def _pool(fit) -> Pool:
 def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workload, *, users: int | None = None,
          tpot: float | None = None, bandwidth: float | None = None, kv_budget: int | None = None,
          reserve: int | None = None, tp: int | None = None, pp: int | None = None, burst: bool = False,
-         ttft: float | None = None, rate: float | None = None, interconnect: float | None = None) -> PlanReport:
+         ttft: float | None = None, rate: float | None = None, interconnect: float | None = None,
+         calibrations: tuple = ()) -> PlanReport:
     """burst: every workload request arrives at once (a benchmark run). Otherwise a closed loop: `users` users (or,
     without users, enough to saturate one instance) each keep one request in the system."""
     from kvplan import engines, planner
@@ -359,7 +360,8 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
     if engine.module is not vllm:
         raise InputError(f"plan replays vLLM's scheduler; --engine {eo.engine} is not modelled yet (accepted: vllm)")
     longest = workload.longest
-    fit = planner.fit_model(mo, eo, gpu, longest, 1, kv_budget=kv_budget, reserve=reserve, tp=tp, pp=pp)
+    fit = planner.fit_model(mo, eo, gpu, longest, 1, kv_budget=kv_budget, reserve=reserve, tp=tp, pp=pp,
+                            calibrations=calibrations)
     s = fit.setup
     opts = {k: v for k, v in eo.knobs.items() if v is not None}
     model_max = s.max_ctx

@@ -5,6 +5,8 @@ from __future__ import annotations
 import functools
 import io
 import json
+import os
+import tempfile
 from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Any
@@ -14,6 +16,10 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
+
+# A developer's own saved calibrations (~/.config/kvplan/calibrations.yaml) must not change the figures tests pin:
+# every test (and every kvplan subprocess it starts) reads an empty calibration file unless it names its own.
+os.environ["KVPLAN_CALIBRATIONS"] = str(Path(tempfile.gettempdir()) / f"kvplan-test-no-calibrations-{os.getpid()}.yaml")
 
 
 @functools.lru_cache(maxsize=None)

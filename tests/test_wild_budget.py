@@ -81,3 +81,28 @@ def test_held_out_target(errors):
 def test_each_case_within_its_reported_error(errors, cid):
     bound, _cause = KNOWN_MISSES.get(cid, (0.03, ""))
     assert abs(errors[cid]) <= bound, (cid, round(100 * errors[cid], 2))
+
+
+def test_the_budget_evidence_file_is_what_the_code_gives_today():
+    """kvplan/data/budget_evidence.yaml (the 'likely' interval `fit` prints beside an estimated budget) holds, per
+    log, kvplan's estimated KV budget minus the printed one; a change to the budget model must rewrite it
+    (`python bench/budget_eval.py --evidence`)."""
+    from kvplan import evidence
+
+    computed: dict[str, dict[str, int]] = {}
+    for cid, entry in ENTRIES.items():
+        args, info = budget_eval.build_args(entry)
+        if args is None:
+            continue
+        logged = budget_eval.logged(entry, info.get("engine", "vllm"))
+        if logged.get("kv_gib") is None:
+            continue
+        r = run_cli(*args)
+        if r.code != 0 or r.json().get("errors"):
+            continue
+        data = r.json()
+        engine = data["engine"].split("@")[0]
+        computed.setdefault(engine, {})[cid] = data["results"][0]["kv_budget_bytes"] - round(logged["kv_gib"] * budget_eval.GiB)
+    stored = yaml.safe_load(evidence.EVIDENCE_PATH.read_text())["engines"]
+    assert {e: row["errors_bytes"] for e, row in stored.items()} == computed
+    assert evidence.for_engine("vllm").logs == len(computed["vllm"])

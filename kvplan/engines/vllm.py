@@ -841,18 +841,12 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
            opts: dict[str, Any], reserve: int | None, dtype_bytes: int) -> base.Budget:
     """Worker.determine_available_memory: requested = total x gpu_memory_utilization (ceil since ~0.15), minus
     weights, the profile run's activation peak, non-torch memory and (>= 0.22) CUDA-graph memory."""
-    import math
-
     rules = prepared.selected.rules
-    requested = prepared.selected.requested
-    if requested and reserve is None and version_key(requested) < (0, 8):
-        raise InputError(f"vllm@{requested} is the V0 engine, which profiles a forward of max_model_len tokens; kvplan "
-                         "does not model that budget (it would overstate the cache). Give --kv-budget (the KV memory "
-                         "its log reports: '# GPU blocks: N' x bytes per block) or --reserve, or plan with vllm@0.8+")
-    util = float(opts.get("gpu_memory_utilization") or rules.gpu_memory_utilization)
-    requested = math.ceil(gpu.cuda_total * util) if rules.gib_round else int(gpu.cuda_total * util)
+    if reserve is None:
+        _refuse_v0(prepared)
+    requested, util_note = _requested(prepared, gpu, opts)
     parts = [("requested (total x gpu_memory_utilization)", requested), ("weights", -weights)]
-    notes = [f"gpu_memory_utilization {util}" + ("" if opts.get("gpu_memory_utilization") else f" (vLLM {prepared.selected.version} default)")]
+    notes = [util_note]
     if reserve is not None:
         parts.append(("reserve (--reserve)", -reserve))
     else:
@@ -865,6 +859,53 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
             parts.append(("CUDA graphs (estimate)", -overhead.VLLM_CUDAGRAPH_BYTES))
         notes.append("non-KV memory estimated (engines/overhead.py); --reserve BYTES replaces the estimate")
     return base.Budget(sum(v for _, v in parts), tuple(parts), tuple(notes))
+
+
+def calibrated_budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int, opts: dict[str, Any],
+                      dtype_bytes: int, cal) -> base.Budget:
+    """The budget with the non-KV memory vLLM measured (calibration.py) in place of the estimate. vLLM's non-KV
+    memory does not depend on gpu_memory_utilization or max_model_len; only the profile's activation peak moves
+    with max_num_batched_tokens / max_num_seqs, by kvplan's estimate of the difference."""
+    _refuse_v0(prepared)
+    requested, util_note = _requested(prepared, gpu, opts)
+    parts = [("requested (total x gpu_memory_utilization)", requested),
+             (f"non-KV memory (calibrated: {cal.log})", -cal.non_kv_bytes[stage])]
+    notes = [util_note, f"non-KV memory measured by {cal.describe()} (kvplan explain --save-calibration); "
+             f"± {cal.half_width_bytes:,} B as printed"]
+    seqs = int(opts.get("max_num_seqs") or default_max_num_seqs_for(gpu))
+    now = overhead.vllm_activation(spec, prepared.max_num_batched_tokens, seqs, prepared.tp, dtype_bytes)
+    then = overhead.vllm_activation(spec, cal.max_num_batched_tokens, cal.max_num_seqs, prepared.tp, dtype_bytes)
+    if now != then:
+        parts.append(("activation peak change since calibration (estimate)", then - now))
+        notes.append(f"profile differs from the calibration's (max_num_batched_tokens {prepared.max_num_batched_tokens} "
+                     f"vs {cal.max_num_batched_tokens}, max_num_seqs {seqs} vs {cal.max_num_seqs}): the activation "
+                     "peak moves by kvplan's estimate")
+    return base.Budget(sum(v for _, v in parts), tuple(parts), tuple(notes))
+
+
+def _refuse_v0(prepared: Prepared) -> None:
+    requested = prepared.selected.requested
+    if requested and version_key(requested) < (0, 8):
+        raise InputError(f"vllm@{requested} is the V0 engine, which profiles a forward of max_model_len tokens; kvplan "
+                         "does not model that budget (it would overstate the cache). Give --kv-budget (the KV memory "
+                         "its log reports: '# GPU blocks: N' x bytes per block) or --reserve, or plan with vllm@0.8+")
+
+
+def _requested(prepared: Prepared, gpu: base.GpuContext, opts: dict[str, Any]) -> tuple[int, str]:
+    """total x gpu_memory_utilization (ceil since ~0.15), and the note saying where the fraction came from."""
+    import math
+
+    rules = prepared.selected.rules
+    util = float(opts.get("gpu_memory_utilization") or rules.gpu_memory_utilization)
+    requested = math.ceil(gpu.cuda_total * util) if rules.gib_round else int(gpu.cuda_total * util)
+    note = f"gpu_memory_utilization {util}" + ("" if opts.get("gpu_memory_utilization") else
+                                               f" (vLLM {prepared.selected.version} default)")
+    return requested, note
+
+
+def calibration_profile(prepared: Prepared, gpu: base.GpuContext, opts: dict[str, Any]) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of the profile run a calibration is measured with."""
+    return prepared.max_num_batched_tokens, int(opts.get("max_num_seqs") or default_max_num_seqs_for(gpu))
 
 
 def default_max_num_seqs_for(gpu: base.GpuContext) -> int:

@@ -26,6 +26,7 @@ class Explanation:
     context: Context
     findings: list[Finding]
     unread: list[tuple[int, str]] = field(default_factory=list)
+    saved: dict[str, Any] | None = None  # the calibration written (--save-calibration)
 
     @property
     def facts(self) -> LogFacts:
@@ -57,6 +58,7 @@ class Explanation:
             "unread_lines": [{"line": i, "text": t} for i, t in self.unread],
             "counts": {v: self.count(v) for v in (REPRODUCED, DIFFERS, ESTIMATED, NOT_REPRODUCED)},
             "notes": list(f.notes) + list(c.notes),
+            **({"calibration_saved": self.saved} if self.saved else {}),
         }
 
 
@@ -91,6 +93,18 @@ def explain(text: str, overrides: Overrides = Overrides()) -> Explanation:
     return Explanation(c, findings, list(facts.unread))
 
 
+def save_calibration(x: Explanation, text: str, log_name: str, path: str | None = None) -> None:
+    """Save what the log measured besides the cache (calibration.py) for later fit / check / plan runs."""
+    from kvplan import calibration
+
+    module = _module(_reader_of(x.facts.engine))
+    if not hasattr(module, "calibration"):
+        raise InputError(f"calibrations are saved from vLLM logs only for now; this is a {x.facts.engine} log")
+    cal = module.calibration(x.context, log_name, calibration.sha256_text(text))
+    where, replaced = calibration.save(cal, path)
+    x.saved = {"path": str(where), "replaced": replaced, "entry": cal.to_dict()}
+
+
 def _reader_of(engine: str) -> str:
     return next(m for m, e in ENGINE_OF.items() if e == engine)
 
@@ -99,4 +113,4 @@ def _module(name: str):
     return importlib.import_module(f"kvplan.explain.{name}")
 
 
-__all__ = ["Explanation", "Overrides", "explain", "read", "MAX_LOG_BYTES"]
+__all__ = ["Explanation", "Overrides", "explain", "read", "save_calibration", "MAX_LOG_BYTES"]

@@ -371,3 +371,40 @@ class _Estimates:
             return self.c.fit(kv_budget=1 << 40, ctx=self.exact.mml)
         except KvplanError:
             return None
+
+
+# ---------------------------------------------------------------------------------------------- calibration
+def calibration(c, log_name: str, text_sha256: str):
+    """What this log measured besides the cache, per GPU: requested memory (the log's gpu_memory_utilization of the
+    catalog GPU's total) less the KV budget it printed, per pipeline stage. Refused (one line) where the log does
+    not pin the key: no printed budget, no vLLM version, no GPU kvplan knows, no model kvplan can load."""
+    from kvplan import calibration as cal_mod, planner
+    from kvplan.engines import vllm
+    from kvplan.errors import InputError
+
+    f = c.facts
+    if c.model is None:
+        raise InputError(f"cannot save a calibration: {c.model_why}")
+    if not c.gpu_known or c.gpu.gpu.vendor == "generic":
+        raise InputError("cannot save a calibration: the log names no GPU in kvplan's catalog (give --gpu; kvplan gpus "
+                         "lists them)")
+    if "@" not in c.engine:
+        raise InputError("cannot save a calibration: the log states no vLLM version; give --engine vllm@X.Y so it is "
+                         "filed under that version's budget rules")
+    exact = _Exact(c)
+    if exact.budgets is None:
+        raise InputError("cannot save a calibration: the log prints no KV budget ('Available KV cache memory')")
+    r = c.fit(kv_budget=None, ctx=exact.mml, **({"max_model_len": exact.mml} if exact.mml else {}))
+    lo, hi = exact.budgets
+    lo = lo if isinstance(lo, tuple) else (lo,) * f.pp
+    hi = hi if isinstance(hi, tuple) else (hi,) * f.pp
+    non_kv = []
+    for stage, b in enumerate(r.budgets):
+        requested = dict(b.parts)["requested (total x gpu_memory_utilization)"]
+        non_kv.append(requested - (lo[stage] + hi[stage]) // 2)
+    s = r.setup
+    batched, seqs = vllm.calibration_profile(s.prepared, planner.gpu_context(c.gpu), f.knobs)
+    key = cal_mod.Key(s.engine.name, s.engine.selected.version, c.gpu.gpu.name, cal_mod.model_shape(s.spec),
+                      s.weight_format.name, s.tp, s.pp)
+    return cal_mod.Calibration(key, tuple(non_kv), (hi[0] - lo[0] + 1) // 2, batched, seqs,
+                               s.engine.selected.requested or s.engine.selected.version, s.ref.id, log_name, text_sha256)
