@@ -156,6 +156,12 @@ def find(cals: tuple[Calibration, ...], key: Key) -> tuple[Calibration | None, s
     return None, None
 
 
+def key_for(setup: Any, gpu_name: str) -> Key:
+    """The key of a kvplan setup (sizing.Setup) on a catalog GPU: what a saved calibration must match."""
+    return Key(setup.engine.name, setup.engine.selected.version, gpu_name, model_shape(setup.spec),
+               setup.weight_format.name, setup.tp, setup.pp)
+
+
 def model_shape(spec: Any) -> str:
     """A fingerprint of what the non-KV memory depends on in the model: two configs with the same architecture,
     layers, widths, caches and parameter count (a base model and its instruct tune) share it."""
@@ -167,4 +173,4 @@ def sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", errors="replace")).hexdigest()
 
 
-__all__ = ["Key", "Calibration", "default_path", "load", "save", "find", "model_shape", "ENV"]
+__all__ = ["Key", "Calibration", "default_path", "load", "save", "find", "key_for", "model_shape", "ENV"]

@@ -165,7 +165,7 @@ def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int |
         assumptions.append(f"headroom: {headroom:.4g} of the KV budget held back before solving")
     kv = [b.kv_bytes for b in budgets]
     cap = module.capacity(s.prepared, s.spec, ctx, kv, opts, dev, model_max)
-    shift, basis = _uncertainty(source, s, cal if kv_budget is None else None, reserve)
+    shift, basis = _uncertainty(source, s, cal, reserve)
     budget_range = tokens_range = None
     if shift is not None and min(kv) > 0:
         ends = [[max(0, b + d) for b in kv] for d in shift]
@@ -203,9 +203,7 @@ def _calibration(s: Setup, gpu: GpuSelection, calibrations: tuple, warnings: lis
         return None
     from kvplan import calibration
 
-    key = calibration.Key(s.engine.name, s.engine.selected.version, gpu.gpu.name, calibration.model_shape(s.spec),
-                          s.weight_format.name, s.tp, s.pp)
-    cal, why_not = calibration.find(calibrations, key)
+    cal, why_not = calibration.find(calibrations, calibration.key_for(s, gpu.gpu.name))
     if why_not:
         warnings.append(why_not)
     return cal

@@ -404,7 +404,5 @@ def calibration(c, log_name: str, text_sha256: str):
         non_kv.append(requested - (lo[stage] + hi[stage]) // 2)
     s = r.setup
     batched, seqs = vllm.calibration_profile(s.prepared, planner.gpu_context(c.gpu), f.knobs)
-    key = cal_mod.Key(s.engine.name, s.engine.selected.version, c.gpu.gpu.name, cal_mod.model_shape(s.spec),
-                      s.weight_format.name, s.tp, s.pp)
-    return cal_mod.Calibration(key, tuple(non_kv), (hi[0] - lo[0] + 1) // 2, batched, seqs,
+    return cal_mod.Calibration(cal_mod.key_for(s, c.gpu.gpu.name), tuple(non_kv), (hi[0] - lo[0] + 1) // 2, batched, seqs,
                                s.engine.selected.requested or s.engine.selected.version, s.ref.id, log_name, text_sha256)
