@@ -750,7 +750,7 @@ def explain_view(x: Any) -> Group:
     parts += [n for n in (unread, notes) if n is not None]
     if x.saved:
         e = x.saved["entry"]
-        shown = " / ".join(f"{b:,} B ({b / 2**30:.2f} GiB)" for b in e["non_kv_bytes"])
+        shown = " / ".join(bytes_cell(b) for b in e["non_kv_bytes"])
         parts.append(Text(f"calibration {'replaced' if x.saved['replaced'] else 'saved'} in {x.saved['path']}: non-KV "
                           f"memory {shown} per GPU for {e['key']['engine']} {e['key']['rules']} rules, {e['key']['gpu']}, "
                           f"tp {e['key']['tp']} x pp {e['key']['pp']}; later fit / check / plan runs with the same "

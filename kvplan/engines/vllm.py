@@ -850,8 +850,8 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
     if reserve is not None:
         parts.append(("reserve (--reserve)", -reserve))
     else:
-        seqs = int(opts.get("max_num_seqs") or default_max_num_seqs_for(gpu))
-        act = overhead.vllm_activation(spec, prepared.max_num_batched_tokens, seqs, prepared.tp, dtype_bytes)
+        batched, seqs = profile(prepared, gpu, opts)
+        act = overhead.vllm_activation(spec, batched, seqs, prepared.tp, dtype_bytes)
         parts.append(("activation peak (estimate)", -act))
         parts.append(("non-torch memory (estimate)",
                       -overhead.vllm_non_torch(prepared.tp, prepared.pp, rules.tp_non_torch_measured)))
@@ -872,12 +872,12 @@ def calibrated_budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext,
              (f"non-KV memory (calibrated: {cal.log})", -cal.non_kv_bytes[stage])]
     notes = [util_note, f"non-KV memory measured by {cal.describe()} (kvplan explain --save-calibration); "
              f"± {cal.half_width_bytes:,} B as printed"]
-    seqs = int(opts.get("max_num_seqs") or default_max_num_seqs_for(gpu))
-    now = overhead.vllm_activation(spec, prepared.max_num_batched_tokens, seqs, prepared.tp, dtype_bytes)
+    batched, seqs = profile(prepared, gpu, opts)
+    now = overhead.vllm_activation(spec, batched, seqs, prepared.tp, dtype_bytes)
     then = overhead.vllm_activation(spec, cal.max_num_batched_tokens, cal.max_num_seqs, prepared.tp, dtype_bytes)
     if now != then:
         parts.append(("activation peak change since calibration (estimate)", then - now))
-        notes.append(f"profile differs from the calibration's (max_num_batched_tokens {prepared.max_num_batched_tokens} "
+        notes.append(f"profile differs from the calibration's (max_num_batched_tokens {batched} "
                      f"vs {cal.max_num_batched_tokens}, max_num_seqs {seqs} vs {cal.max_num_seqs}): the activation "
                      "peak moves by kvplan's estimate")
     return base.Budget(sum(v for _, v in parts), tuple(parts), tuple(notes))
@@ -903,8 +903,8 @@ def _requested(prepared: Prepared, gpu: base.GpuContext, opts: dict[str, Any]) -
     return requested, note
 
 
-def calibration_profile(prepared: Prepared, gpu: base.GpuContext, opts: dict[str, Any]) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) of the profile run a calibration is measured with."""
+def profile(prepared: Prepared, gpu: base.GpuContext, opts: dict[str, Any]) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs): the shape of the profile run whose peak vLLM measures."""
     return prepared.max_num_batched_tokens, int(opts.get("max_num_seqs") or default_max_num_seqs_for(gpu))
 
 

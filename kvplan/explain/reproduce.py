@@ -43,6 +43,7 @@ class Context:
     timeout: float | None = None
     notes: list[str] = field(default_factory=list)
     loaded: Any = None  # (ResolvedModel, ModelSpec): read once, or built from facts the log printed
+    work: dict[str, Any] = field(default_factory=dict)  # an engine module's runs on this log, made once (vllm_log)
     ctx: int | None = None
 
     def model_options(self):

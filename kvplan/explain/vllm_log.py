@@ -198,11 +198,10 @@ def reproduce(c) -> list:
         return [Finding(p, NOT_REPRODUCED, "", c.model_why) for p in f.printed]
     findings: dict[int, Finding] = {}
     try:
-        exact = _Exact(c)
+        exact, estimates = _runs(c)
         for i, p in enumerate(f.printed):
             if p.what in _EXACT:
                 findings[i] = exact.finding(p)
-        estimates = _Estimates(c, exact)
         for i, p in enumerate(f.printed):
             if p.what not in _EXACT:
                 findings[i] = estimates.finding(p)
@@ -210,6 +209,14 @@ def reproduce(c) -> list:
         for i, p in enumerate(f.printed):
             findings.setdefault(i, Finding(p, NOT_REPRODUCED, "", f"kvplan cannot size this model or setting: {e}"))
     return [findings[i] for i in range(len(f.printed))]
+
+
+def _runs(c) -> tuple["_Exact", "_Estimates"]:
+    """kvplan's runs at the printed budget and from the GPU alone, made once per log (explain, then a calibration)."""
+    if "exact" not in c.work:
+        exact = _Exact(c)
+        c.work["exact"], c.work["estimates"] = exact, _Estimates(c, exact)
+    return c.work["exact"], c.work["estimates"]
 
 
 _EXACT = ("kv_tokens", "num_blocks", "concurrency", "kv_needed", "suggested_max_len", "mamba_blocks", "block_size")
@@ -391,10 +398,12 @@ def calibration(c, log_name: str, text_sha256: str):
     if "@" not in c.engine:
         raise InputError("cannot save a calibration: the log states no vLLM version; give --engine vllm@X.Y so it is "
                          "filed under that version's budget rules")
-    exact = _Exact(c)
+    exact, estimates = _runs(c)
     if exact.budgets is None:
         raise InputError("cannot save a calibration: the log prints no KV budget ('Available KV cache memory')")
-    r = c.fit(kv_budget=None, ctx=exact.mml, **({"max_model_len": exact.mml} if exact.mml else {}))
+    r = estimates.result  # kvplan's own budget at the log's settings: its requested memory is the log's
+    if r is None:
+        raise InputError(f"cannot save a calibration: {estimates.why}")
     lo, hi = exact.budgets
     lo = lo if isinstance(lo, tuple) else (lo,) * f.pp
     hi = hi if isinstance(hi, tuple) else (hi,) * f.pp
@@ -403,6 +412,6 @@ def calibration(c, log_name: str, text_sha256: str):
         requested = dict(b.parts)["requested (total x gpu_memory_utilization)"]
         non_kv.append(requested - (lo[stage] + hi[stage]) // 2)
     s = r.setup
-    batched, seqs = vllm.calibration_profile(s.prepared, planner.gpu_context(c.gpu), f.knobs)
+    batched, seqs = vllm.profile(s.prepared, planner.gpu_context(c.gpu), f.knobs)
     return cal_mod.Calibration(cal_mod.key_for(s, c.gpu.gpu.name), tuple(non_kv), (hi[0] - lo[0] + 1) // 2, batched, seqs,
                                s.engine.selected.requested or s.engine.selected.version, s.ref.id, log_name, text_sha256)
