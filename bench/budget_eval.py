@@ -272,7 +272,7 @@ def build_args(entry: dict) -> tuple[list[str] | None, dict]:
     dp = first_int(entry.get("dp")) or 1
     if count != tp * pp * dp:
         info["note_gpu"] = f"log names {count} GPUs, tp*pp*dp = {tp * pp * dp}"
-    info["gpu"] = f"{tp * pp}x{gpu}"
+    info["gpu"], info["tp"] = f"{tp * pp}x{gpu}", tp
     nda = non_default_args(entry)
     args = ["fit", ref, "--gpu", info["gpu"], "--tp", str(tp), "--pp", str(pp), "--engine", engine, "--offline", "--json"]
     if engine.startswith("vllm"):
@@ -373,7 +373,7 @@ def _breakdown(done: list[dict]) -> list[str]:
         "",
         "Logged activation and non-torch terms are vLLM's DEBUG 'torch peak memory increase' and 'non-torch forward "
         "increase memory'; 'other' = requested - weights - available KV (log) vs kvplan's non-weight parts. "
-        "CUDA graphs are charged to the KV budget only from vLLM 0.22 on (kvplan charges them there too).",
+        "CUDA graphs are charged to the KV budget only from vLLM 0.21 on (kvplan charges them there too).",
         "",
         "| id | err % | weights | activation peak | non-torch | CUDA graphs | other (sum) | largest miss (kvplan - log) |",
         "|---|---:|---|---|---|---|---|---|",
@@ -480,15 +480,22 @@ def evidence(rows: list[dict]) -> dict:
         if r.get("skip") or r.get("pred_kv_bytes") is None or r.get("kv_gib") is None:
             continue
         engine = str(r.get("resolved_engine") or r.get("engine") or "").split("@")[0]
-        errors = engines.setdefault(engine, {"errors_bytes": {}})["errors_bytes"]
-        errors[r["id"]] = int(r["pred_kv_bytes"]) - round(r["kv_gib"] * GiB)
+        row = engines.setdefault(engine, {"errors_bytes": {}, "setups": {}})
+        row["errors_bytes"][r["id"]] = int(r["pred_kv_bytes"]) - round(r["kv_gib"] * GiB)
+        row["setups"][r["id"]] = setup_of(r)
     return {"engines": engines}
+
+
+def setup_of(r: dict) -> dict:
+    """The catalog GPU and tensor parallelism of an evaluated row (what fit's per-GPU caution matches on)."""
+    count, gpu = r["gpu"].split("x", 1)
+    return {"gpu": gpu, "tp": int(r.get("tp") or 1)}
 
 
 def write_evidence(rows: list[dict]) -> Path:
     path = ROOT / "kvplan" / "data" / "budget_evidence.yaml"
     header = ("# kvplan's estimated KV budget per GPU minus the one the engine printed, bytes, per public start-up log\n"
-              "# (tests/data/wild-logs.yaml; the printed figure at its 0.01 GiB). Written by\n"
+              "# (tests/data/wild-logs.yaml; the printed figure at its 0.01 GiB), and each log's GPU and tp. Written by\n"
               "# `python bench/budget_eval.py --evidence`; tests/test_wild_budget.py holds it to the code.\n")
     path.write_text(header + yaml.safe_dump(evidence(rows), sort_keys=False), encoding="utf-8")
     return path

@@ -50,24 +50,33 @@ class Calibration:
     model: str  # as kvplan loaded it (for people; matching uses model_shape)
     log: str  # the log's file name, or "stdin"
     log_sha256: str
+    # SGLang: the free memory it measured before the weights load, per stage (its budget is a fraction of it);
+    # non_kv_bytes is then what the load took (free before less free after). Empty for vLLM.
+    free_at_start_bytes: tuple[int, ...] = ()
 
     def describe(self) -> str:
         k = self.key
-        return (f"{k.engine}@{self.engine_version} on {k.gpu}, {self.model}, tp {k.tp} x pp {k.pp}, "
-                f"max_num_batched_tokens {self.max_num_batched_tokens}, from {self.log}")
+        profile = f"max_num_batched_tokens {self.max_num_batched_tokens}, " if self.max_num_batched_tokens else ""
+        return f"{k.engine}@{self.engine_version} on {k.gpu}, {self.model}, tp {k.tp} x pp {k.pp}, {profile}from {self.log}"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["key"] = asdict(self.key)
         d["non_kv_bytes"] = list(self.non_kv_bytes)
+        d["free_at_start_bytes"] = list(self.free_at_start_bytes)
+        if not self.free_at_start_bytes:
+            del d["free_at_start_bytes"]
         return d
 
     @classmethod
     def from_dict(cls, d: Any, where: str) -> "Calibration":
         try:
             key = Key(**{f.name: _typed(d["key"][f.name], f.type) for f in fields(Key)})
-            values = {f.name: d[f.name] for f in fields(cls) if f.name != "key"}
+            values = {f.name: d[f.name] for f in fields(cls) if f.name not in ("key", "free_at_start_bytes")}
             values["non_kv_bytes"] = tuple(int(v) for v in values["non_kv_bytes"])
+            values["free_at_start_bytes"] = tuple(int(v) for v in d.get("free_at_start_bytes") or ())
+            if values["free_at_start_bytes"] and len(values["free_at_start_bytes"]) != key.pp:
+                raise ValueError("one free_at_start_bytes figure per pipeline stage")
             for name in ("half_width_bytes", "max_num_batched_tokens", "max_num_seqs"):
                 values[name] = int(values[name])
             for name in ("engine_version", "model", "log", "log_sha256"):

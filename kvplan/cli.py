@@ -435,7 +435,7 @@ def explain(
     engine: Engine = None, kv_dtype: KvDtype = None,
     tp: Annotated[Optional[str], typer.Option("--tp", "--tensor-parallel-size", metavar="N", help="tensor-parallel GPUs, where the log does not say", rich_help_panel="Engine and layout")] = None,
     ctx: Annotated[Optional[str], typer.Option("--ctx", "-c", metavar="TOKENS", help="the context the engine sized for, where the log prints none (llama.cpp -c)")] = None,
-    save_calibration: Annotated[bool, typer.Option("--save-calibration", help="save the non-KV memory this vLLM log measured (per GPU) to the calibration file, for later fit / check / plan runs on that GPU, engine version and model shape", rich_help_panel="Budget")] = False,
+    save_calibration: Annotated[bool, typer.Option("--save-calibration", help="save what this vLLM or SGLang log measured besides the cache (per GPU) to the calibration file, for later fit / check / plan runs on that GPU, engine version and model shape", rich_help_panel="Budget")] = False,
     calibrations: Calibrations = None,
     json_out: Json = False, offline: Offline = False, timeout: Timeout = None,
 ) -> None:

@@ -166,6 +166,10 @@ def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int |
     kv = [b.kv_bytes for b in budgets]
     cap = module.capacity(s.prepared, s.spec, ctx, kv, opts, dev, model_max)
     shift, basis = _uncertainty(source, s, cal, reserve)
+    if source == "estimated" and reserve is None and gpu.gpu.vendor != "generic":
+        caution = _evidence_caution(s, gpu.gpu.name, tp)
+        if caution:
+            warnings.append(caution)
     budget_range = tokens_range = None
     if shift is not None and min(kv) > 0:
         ends = [[max(0, b + d) for b in kv] for d in shift]
@@ -222,6 +226,14 @@ def _uncertainty(source: str, s: Setup, cal, reserve: int | None) -> tuple[tuple
             lo, hi = ev.budget_range(0)
             return (lo, hi), ev.basis()
     return None, ""
+
+
+def _evidence_caution(s: Setup, gpu_name: str, tp: int) -> str | None:
+    """What the public logs say about this GPU in particular (evidence.py): none there, or some far off."""
+    from kvplan import evidence
+
+    ev = evidence.for_engine(s.engine.name)
+    return ev.caution(gpu_name, tp) if ev is not None and ev.cases else None
 
 
 def _hold_back(b: Budget, headroom: float) -> Budget:

@@ -751,8 +751,12 @@ def explain_view(x: Any) -> Group:
     if x.saved:
         e = x.saved["entry"]
         shown = " / ".join(bytes_cell(b) for b in e["non_kv_bytes"])
-        parts.append(Text(f"calibration {'replaced' if x.saved['replaced'] else 'saved'} in {x.saved['path']}: non-KV "
-                          f"memory {shown} per GPU for {e['key']['engine']} {e['key']['rules']} rules, {e['key']['gpu']}, "
+        what = f"non-KV memory {shown}"
+        if e.get("free_at_start_bytes"):  # SGLang: the free memory it budgets from, and what the load took
+            what = (f"free memory {' / '.join(bytes_cell(b) for b in e['free_at_start_bytes'])} before the weights "
+                    f"load, {shown} taken by it")
+        parts.append(Text(f"calibration {'replaced' if x.saved['replaced'] else 'saved'} in {x.saved['path']}: "
+                          f"{what} per GPU for {e['key']['engine']} {e['key']['rules']} rules, {e['key']['gpu']}, "
                           f"tp {e['key']['tp']} x pp {e['key']['pp']}; later fit / check / plan runs with the same "
                           "model shape use it", style="green"))
     return Group(*parts)

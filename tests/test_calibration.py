@@ -143,7 +143,8 @@ def test_check_and_plan_use_the_calibration_file_they_are_given(tmp_path):
 
 
 @pytest.mark.parametrize("case_id, needle", [
-    ("sglang-qwen3-235b-a22b-fp8-4xh100-tp4", "vLLM logs only"),
+    ("sglang-qwen3-235b-a22b-fp8-4xh100-tp4", "names no GPU in kvplan's catalog"),
+    ("trtllm-llama-3.1-8b-fp8-h100-fp8kv", "vLLM and SGLang logs only"),
 ])
 def test_logs_it_cannot_calibrate_from_are_refused_in_one_line(tmp_path, case_id, needle):
     curated = {e["id"]: e for e in yaml.safe_load((DATA / "engine-logs.yaml").read_text())}

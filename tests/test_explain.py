@@ -49,6 +49,10 @@ KNOWN_DIFFERS = {
     ("vllm-deepseek-v4-flash-2xgh200-tp2-ep-len30000-fp8kv", "kv_needed"):
         "a vLLM 0.2x log (the excerpt states no version): its DeepSeek-V4 packing differs from 0.32's, the newest rules",
     ("vllm-deepseek-v4-flash-2xgh200-tp2-ep-len30000-fp8kv", "suggested_max_len"): "as above",
+    **{(f"vllm-deepseek-v4-flash-2xh200nvl-tp2-len{n}-fp8kv-gmu0.78-eager{tail}", what):
+       "vLLM 0.23 (the excerpt states no version): its DeepSeek-V4 packing is not 0.32's, the newest rules"
+       for n, tail in ((4096, "-serve"), (4096, "-offline-llm"), (65536, ""), (131072, ""), (262144, ""))
+       for what in ("kv_tokens", "concurrency") if (tail, what) != ("-serve", "concurrency")},
     ("vllm-gpt-oss-120b-1xh100-gmu0.95-mnbt1024", "kv_needed"):
         "version not stated: the newest rules' sliding-window reservation is 0.9% above the log's",
     ("sglang-deepseek-v3.2-exp-8xb200-tp8-dp8-dpattn", "kv_total"):
@@ -61,6 +65,10 @@ KNOWN_DIFFERS = {
 KNOWN_UNREAD = {
     r"Add \d+ padding layers": "vLLM's hybrid padding warning (a bound on waste, not a size)",
     r"^▎|fixes it:": "a person's prose in the issue, not the engine's output",
+    r"Overriding num_gpu_blocks=0 with num_gpu_blocks_override": "vLLM's CUDA-graph profiling sizes a dummy cache "
+                                                                 "(not the pool)",
+    r"(is equivalent to|increase) --gpu-memory-utilization": "vLLM's advice on "
+        "gpu_memory_utilization (fractions, read as the setting; no size)",
 }
 
 

@@ -60,6 +60,8 @@ REFERENCE_NVML_MIB = {
     "RTX-PRO-6000-Blackwell": 97887,
     "MI325X": None,
     "MI355X": None,
+    # added in stop 26 (deepinv #563, dreambooth_depth2img #7, akash provider-configs PR #83)
+    "RTX-A5000": 24564,
 }
 
 # Measured CUDA totals (torch total_memory, MiB) from the same reference. H100 was seen at 81082, 81089 and
@@ -73,6 +75,7 @@ REFERENCE_CUDA_MIB = {
     "MI250-GCD": 65520,
     "H20-96GB": 97285,
     "RTX-PRO-6000-Blackwell": 97250,
+    "RTX-A5000": 24114,  # torch total_memory printed in ankilab/HANCOTHON25's README
 }
 # AMD boards whose total was printed only in GiB to two decimals: the MiB figure that prints so, marked estimated
 ROUNDED_CUDA_MIB = {"MI325X": (262128, "255.98"), "MI355X": (294896, "287.98")}

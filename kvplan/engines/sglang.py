@@ -302,16 +302,37 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
     rest = post - pre x (1 - mem_fraction_static), i.e. KV = mem_fraction_static x pre - weights."""
     from kvplan.engines import overhead
 
-    mla = any(isinstance(c, LatentAttention) for _, c in spec.caches)
-    nvml_mib = (gpu.nvml_total or gpu.cuda_total) >> 20
-    f = opts.get("mem_fraction_static")
-    f = float(f) if f else default_mem_fraction(nvml_mib, prepared.tp, prepared.pp, prepared.selected.rules, mla)
+    f, note = mem_fraction(prepared, spec, gpu, opts)
     pre = gpu.cuda_total - overhead.CUDA_CONTEXT_BYTES - (overhead.NCCL_BYTES if prepared.tp * prepared.pp > 1 else 0)
     if reserve is not None:
         pre = gpu.cuda_total - reserve
     parts = (("free after NCCL init (estimate)", pre), ("x mem_fraction_static", int(pre * f) - pre), ("weights", -weights))
-    notes = (f"mem_fraction_static {f}" + ("" if opts.get("mem_fraction_static") else " (SGLang default for this GPU)"),)
-    return base.Budget(int(pre * f) - weights, parts, notes)
+    return base.Budget(int(pre * f) - weights, parts, (note,))
+
+
+def mem_fraction(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, opts: dict[str, Any]) -> tuple[float, str]:
+    """mem_fraction_static as given, else SGLang's default for this GPU, parallelism and version; and a note."""
+    given = opts.get("mem_fraction_static")
+    if given:
+        return float(given), f"mem_fraction_static {float(given)}"
+    mla = any(isinstance(c, LatentAttention) for _, c in spec.caches)
+    nvml_mib = (gpu.nvml_total or gpu.cuda_total) >> 20
+    f = default_mem_fraction(nvml_mib, prepared.tp, prepared.pp, prepared.selected.rules, mla)
+    return f, f"mem_fraction_static {f} (SGLang default for this GPU)"
+
+
+def calibrated_budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int, opts: dict[str, Any],
+                      dtype_bytes: int, cal) -> base.Budget:
+    """The budget from the free memory SGLang measured (calibration.py): KV = mem_fraction_static x pre - (pre -
+    post), pre and post the free memory its log printed before and after the weights load. Neither depends on
+    mem_fraction_static or the context length, so a calibration carries over to any of them."""
+    f, note = mem_fraction(prepared, spec, gpu, opts)
+    pre, load = cal.free_at_start_bytes[stage], cal.non_kv_bytes[stage]
+    parts = ((f"free after NCCL init (calibrated: {cal.log})", pre), ("x mem_fraction_static", int(pre * f) - pre),
+             (f"weights as loaded (calibrated: {cal.log})", -load))
+    notes = (note, f"free memory measured by {cal.describe()} (kvplan explain --save-calibration); "
+             f"± {cal.half_width_bytes:,} B as printed")
+    return base.Budget(int(pre * f) - load, parts, notes)
 
 
 def _token_pool(prepared: Prepared, budgets: list[int]) -> int:

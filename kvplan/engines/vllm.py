@@ -68,6 +68,11 @@ VERSIONS: list[tuple[str, Rules]] = [
     # later rows keep it for want of later tp > 1 logs that itemise it
     ("0.19", Rules(0.90, False, False, False, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
                    **_SINCE_0_15)),
+    # 0.21: CUDA-graph memory charged to the budget ("CUDA graph memory profiling is enabled (default since
+    # v0.21.0)", a 0.21.0 log in tests/data/wild-logs.yaml and gpustack/runner PR #251; envs.py: "Enabled by default
+    # as of v0.21.0"). Nothing else of the 0.22 row is known to hold here, so the rest stays 0.19's.
+    ("0.21", Rules(0.90, True, False, False, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+                   **_SINCE_0_15)),
     ("0.22", Rules(0.92, True, True, False, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
                    **_SINCE_0_15)),
     # 0.24: a Qwen3.6-35B-A3B log (tests/data/wild-logs.yaml) shows prefix caching's 'align' state blocks (2 per

@@ -15,8 +15,9 @@ from kvplan.errors import InputError
 from kvplan.explain.common import DIFFERS, ESTIMATED, NOT_REPRODUCED, REPRODUCED, Finding, LogFacts
 from kvplan.explain.reproduce import Context, Overrides, context
 
-# engine -> module; the first whose looks_like() accepts the text reads it (the most specific first)
-READERS = ("trtllm_log", "sglang_log", "llamacpp_log", "vllm_log")
+# engine -> module; the first whose looks_like() accepts the text reads it (the most specific first: SGLang's own
+# lines before TensorRT-LLM's name, which SGLang prints when it picks a TensorRT-LLM attention kernel)
+READERS = ("sglang_log", "trtllm_log", "llamacpp_log", "vllm_log")
 ENGINE_OF = {"trtllm_log": "trtllm", "sglang_log": "sglang", "llamacpp_log": "llamacpp", "vllm_log": "vllm"}
 MAX_LOG_BYTES = 64 << 20
 
@@ -99,7 +100,7 @@ def save_calibration(x: Explanation, text: str, log_name: str, path: str | None 
 
     module = _module(_reader_of(x.facts.engine))
     if not hasattr(module, "calibration"):
-        raise InputError(f"calibrations are saved from vLLM logs only for now; this is a {x.facts.engine} log")
+        raise InputError(f"calibrations are saved from vLLM and SGLang logs only for now; this is a {x.facts.engine} log")
     cal = module.calibration(x.context, log_name, calibration.sha256_text(text))
     where, replaced = calibration.save(cal, path)
     x.saved = {"path": str(where), "replaced": replaced, "entry": cal.to_dict()}

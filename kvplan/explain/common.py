@@ -75,6 +75,8 @@ FIGURES = {
     "pool_bytes": "KV pool memory",
     "tokens_per_block": "tokens per block",
     "blocks_per_request": "KV pages per sequence",
+    "free_before_load": "free memory before the weights load",
+    "free_after_load": "free memory after the weights load",
 }
 
 
@@ -232,12 +234,13 @@ def unread_kv_lines(text_lines: list[str], facts: LogFacts) -> None:
     """Lines that speak of the KV cache with a number in them that no rule read: reported, never dropped."""
     taken = {p.line for p in facts.printed} | facts.repeats
     for i, line in enumerate(text_lines, 1):
-        if i in taken or not KV_LINE.search(line) or not _NUMBER.search(_without_prefix(line)):
+        if i in taken or not KV_LINE.search(line) or not _NUMBER.search(_DURATION.sub("", _without_prefix(line))):
             continue
         facts.unread.append((i, line.strip()))
 
 
 _NUMBER = re.compile(r"(?<![\w.])\d[\d,.]*(?![\w])")
+_DURATION = re.compile(r"\d[\d.]*\s*(?:s|secs?|seconds)\b")  # "took 6.84 seconds": a timing, not a KV figure
 
 
 def _without_prefix(line: str) -> str:

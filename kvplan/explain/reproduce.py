@@ -60,6 +60,20 @@ class Context:
         return EngineOptions(self.engine, f.kv_dtype if not (f.k_dtype or f.v_dtype) else None, f.k_dtype, f.v_dtype,
                              None, f.weight_dtype, f.tp, f.pp, _parsed(merged))
 
+    def require_calibration_key(self, engine_name: str) -> None:
+        """Refuse (one line) a calibration this log cannot file: no loadable model, no catalog GPU, no version."""
+        from kvplan.errors import InputError
+
+        if self.model is None:
+            raise InputError(f"cannot save a calibration: {self.model_why}")
+        if not self.gpu_known or self.gpu.gpu.vendor == "generic":
+            raise InputError("cannot save a calibration: the log names no GPU in kvplan's catalog (give --gpu; kvplan "
+                             "gpus lists them)")
+        if "@" not in self.engine:
+            tag = self.engine.split("@")[0]
+            raise InputError(f"cannot save a calibration: the log states no {engine_name} version; give --engine "
+                             f"{tag}@X.Y so it is filed under that version's budget rules")
+
     def load(self):
         """The model's config and spec, read once for every figure of the log (not once per figure)."""
         if self.loaded is None:

@@ -11,8 +11,11 @@ from kvplan.errors import KvplanError
 from kvplan.explain.common import (DIFFERS, ESTIMATED, GiB, NOT_REPRODUCED, REPRODUCED, Finding, LogFacts, Printed,
                                    dtype_word, flag_values, lines, number, unread_kv_lines, worker_tag)
 
-_ALLOC = re.compile(r"KV Cache is allocated\.(?: dtype: ([\w.]+),)? #tokens: (\d+), (?:K size: ([\d.]+) GB, V size: "
+_ALLOC = re.compile(r"KV Cache is allocated\.(?: dtype: ([\w.]+),)?(?: #tokens: (\d+),)? (?:K size: ([\d.]+) GB, V size: "
                     r"([\d.]+) GB|KV size: ([\d.]+) GB)")
+_TOTAL = re.compile(r"max_total_num_tokens=(\d+)")  # the scheduler's line (SGLang <= 0.4 prints no #tokens above)
+_BEGIN = re.compile(r"Load weight begin\. avail mem=([\d.]+) GB")  # free memory before the load (profile's "pre")
+_END_FREE = re.compile(r"Load weight end\..*?avail mem=([\d.]+) GB")  # free memory after it ("post")
 _SWA = re.compile(r"SWAKVPool mem usage: ([\d.]+) GB, swa size: (\d+), full size: (\d+)")
 _LOAD = re.compile(r"Load weight end\..*?mem usage=([\d.]+) GB")
 _NO_ROOM = re.compile(r"Loaded weights leave no GPU memory for the KV cache")
@@ -41,6 +44,9 @@ def read(text: str) -> LogFacts:
                     f.set(name, cast(flags[key]), "the command line")
                 except ValueError:
                     pass
+    m = re.search(r"changing page_size from \w+ to (\d+)", text)  # an attention backend forcing its page size
+    if m:
+        f.set("page_size", int(m.group(1)), "SGLang's page-size warning")
     m = re.search(r"mem[-_]fraction[-_]static\W{0,3}([\d.]+)", text)
     if m:
         f.set("mem_fraction_static", float(m.group(1).rstrip(".")), "the log text")
@@ -53,16 +59,18 @@ def read(text: str) -> LogFacts:
     if m:
         f.set("version", m.group(1), "a version in the text")
     seen_rank: dict[str | None, int] = {}
+    total = next((int(m.group(1)) for m in map(_TOTAL.search, ls) if m), None)
     for i, line in enumerate(ls, 1):
         m = _ALLOC.search(line)
-        if m:
+        if m and (m.group(2) or total is not None):
             rank = worker_tag(line)
             seen_rank[rank] = seen_rank.get(rank, 0) + 1
-            tokens = int(m.group(2))
+            tokens = int(m.group(2)) if m.group(2) else total
             tag = f"{rank or 'pool'} #{seen_rank[rank]}"
             if m.group(1):
                 f.set("kv_dtype", dtype_word(m.group(1)), "the allocation line's dtype")
-            f.printed.append(Printed(i, "kv_tokens", Decimal(tokens), worker=tag))
+            if m.group(2):
+                f.printed.append(Printed(i, "kv_tokens", Decimal(tokens), worker=tag))
             if m.group(3):
                 f.printed.append(Printed(i, "k_size", number(m.group(3)), GiB, at=tokens, worker=tag))
                 f.printed.append(Printed(i, "v_size", number(m.group(4)), GiB, at=tokens, worker=tag))
@@ -71,9 +79,16 @@ def read(text: str) -> LogFacts:
         m = _SWA.search(line)
         if m:
             f.printed.append(Printed(i, "pool_bytes", number(m.group(1)), GiB, at=int(m.group(3)), worker=worker_tag(line)))
+        m = _TOTAL.search(line)
+        if m and not any(p.what == "kv_tokens" for p in f.printed):
+            f.printed.append(Printed(i, "kv_tokens", Decimal(int(m.group(1))), worker=f"{worker_tag(line) or 'pool'} #1"))
         m = _LOAD.search(line)
         if m:
             f.printed.append(Printed(i, "weights", number(m.group(1)), GiB, worker=worker_tag(line)))
+        for what, rx in (("free_before_load", _BEGIN), ("free_after_load", _END_FREE)):
+            m = rx.search(line)
+            if m:
+                f.printed.append(Printed(i, what, number(m.group(1)), GiB, worker=worker_tag(line)))
         if _NO_ROOM.search(line):
             f.printed.append(Printed(i, "kv_budget", Decimal(0), GiB))
     _dedupe(f)
@@ -136,11 +151,20 @@ def _finding(c, p: Printed, several_pools: bool) -> Finding:
         return Finding(p, ESTIMATED, f"{r.weight_bytes:,} B ({gib(r.weight_bytes)})",
                        "checkpoint weights per GPU; SGLang's 'mem usage' is the memory the load took",
                        rel_error(r.weight_bytes, float(p.value) * p.unit))
+    if p.what == "kv_tokens" and (measured := _measured_budget(c)) is not None:
+        return _tokens_from_measured(c, p, measured)
     if not c.gpu_known:
         why = ("the pool's token count comes from memory SGLang measured after loading; kvplan estimates it from the "
                "GPU: give --gpu")
         return Finding(p, NOT_REPRODUCED, "", why)
     r = c.fit(kv_budget=None, ctx=None)
+    if p.what in ("free_before_load", "free_after_load"):
+        parts = dict(r.budgets[0].parts)
+        pre = next(v for k, v in parts.items() if k.startswith("free after NCCL init"))
+        value = pre if p.what == "free_before_load" else pre - r.weight_bytes
+        how = ("kvplan's estimate: CUDA total less the CUDA context (and NCCL buffers under parallelism)"
+               + ("" if p.what == "free_before_load" else ", less the checkpoint's weights per GPU"))
+        return Finding(p, ESTIMATED, f"{value:,} B ({gib(value)})", how, rel_error(value, float(p.value) * p.unit))
     if p.what == "kv_budget":
         b = r.kv_budget_bytes
         verdict = ESTIMATED
@@ -149,3 +173,72 @@ def _finding(c, p: Printed, several_pools: bool) -> Finding:
     tokens = r.capacity.kv_capacity_tokens
     return Finding(p, ESTIMATED, f"{tokens:,}", f"kvplan's budget model on {c.gpu.gpu.name}",
                    rel_error(tokens, float(p.value)) if tokens is not None else None)
+
+
+def _measured_budget(c):
+    """SGLang's own KV memory, from the free memory it printed before and after the load (profile_max_num_token:
+    rest = post - pre x (1 - mem_fraction_static), min over ranks): (low, high) bytes at the printed precision and
+    the fraction with where it came from; None when the log lacks either figure or the fraction cannot be known."""
+    from kvplan.engines import sglang
+    from kvplan.planner import gpu_context
+
+    f = c.facts
+    pre = [p for p in f.printed if p.what == "free_before_load"]
+    post = [p for p in f.printed if p.what == "free_after_load"]
+    if not pre or not post:
+        return None
+    if "mem_fraction_static" in f.knobs:
+        fraction, where = float(f.knobs["mem_fraction_static"]), "as the log states it"
+    elif c.gpu_known:
+        r = c.fit(kv_budget=1 << 40, ctx=None)
+        fraction = sglang.mem_fraction(r.setup.prepared, r.setup.spec, gpu_context(c.gpu), {})[0]
+        where = f"SGLang's default for {c.gpu.gpu.name} (not printed)"
+    else:
+        return None
+    pre_lo, pre_hi = min(p.bounds() for p in pre)
+    post_lo, post_hi = min(p.bounds() for p in post)
+    keep = Decimal(1) - Decimal(str(fraction))
+    lo, hi = int(post_lo - pre_hi * keep), int(post_hi - pre_lo * keep)
+    return lo, hi, fraction, where
+
+
+def _tokens_from_measured(c, p: Printed, measured) -> Finding:
+    from kvplan.explain.reproduce import rel_error, within
+
+    lo, hi, fraction, where = measured
+    a, b = (c.fit(kv_budget=max(0, v), ctx=None).capacity.kv_capacity_tokens for v in (lo, hi))
+    how = (f"SGLang's rule on the free memory it printed before and after the load: post - pre x (1 - "
+           f"{fraction}) = {lo / GiB:.3f} .. {hi / GiB:.3f} GiB (mem_fraction_static {where}), over kvplan's bytes "
+           "per token")
+    shown = f"{a:,}" if a == b else f"{a:,} .. {b:,}"
+    if within(float(p.value), a, b):
+        return Finding(p, REPRODUCED, shown, how)
+    # a fraction the log does not print is kvplan's rule for SGLang's default: a miss is an estimate's, not a rule's
+    verdict = DIFFERS if "mem_fraction_static" in c.facts.knobs else ESTIMATED
+    return Finding(p, verdict, shown, how, rel_error((a + b) / 2, float(p.value)))
+
+
+# ---------------------------------------------------------------------------------------------- calibration
+def calibration(c, log_name: str, text_sha256: str):
+    """What this log measured: the free memory before the weights load and what the load took (both min over the
+    ranks that printed them, as SGLang reduces them), the same for every stage. SGLang's budget is a fraction of the
+    first less the second, so the pair carries over to any mem_fraction_static and context length. Refused (one
+    line) where the log does not pin the key or lacks either figure."""
+    from kvplan import calibration as cal_mod
+    from kvplan.errors import InputError
+
+    f = c.facts
+    c.require_calibration_key("SGLang")
+    pre = [p for p in f.printed if p.what == "free_before_load"]
+    post = [p for p in f.printed if p.what == "free_after_load"]
+    if not pre or not post:
+        raise InputError("cannot save a calibration: the log prints no free memory before and after the weights load "
+                         "('Load weight begin. avail mem=' and 'Load weight end. ... avail mem=')")
+    before = min(int(p.value * p.unit) for p in pre)
+    after = min(int(p.value * p.unit) for p in post)
+    half = min(int((p.bounds()[1] - p.bounds()[0]) / 2) for p in pre)
+    r = c.fit(kv_budget=1 << 40, ctx=None)
+    s = r.setup
+    return cal_mod.Calibration(cal_mod.key_for(s, c.gpu.gpu.name), (before - after,) * f.pp, 2 * half, 0, 0,
+                               s.engine.selected.requested or s.engine.selected.version, s.ref.id, log_name,
+                               text_sha256, (before,) * f.pp)

@@ -79,6 +79,10 @@ def read(text: str) -> LogFacts:
         f.set("enable_prefix_caching", False, "the command line")
     if re.search(r"--enable[-_]prefix[-_]caching(?![\w=-])", text):
         f.set("enable_prefix_caching", True, "the command line")
+    f.set_from(text, r"The current --gpu-memory-utilization=([\d.]+)", "gpu_memory_utilization", float,
+               "vLLM's CUDA-graph profiling advice")
+    f.set_from(text, r"increase --gpu-memory-utilization from ([\d.]+) to", "gpu_memory_utilization", float,
+               "vLLM's CUDA-graph profiling advice")
     f.set_from(text, r"blocks x (\d+) tokens/block", "block_size", int, "vLLM's KV cache size line")
     if re.search(r"Using fp8 data type to store kv cache|fp8_ds_mla KV cache format", text):
         f.set("kv_dtype", "fp8", "vLLM's KV-dtype line")
@@ -390,14 +394,7 @@ def calibration(c, log_name: str, text_sha256: str):
     from kvplan.errors import InputError
 
     f = c.facts
-    if c.model is None:
-        raise InputError(f"cannot save a calibration: {c.model_why}")
-    if not c.gpu_known or c.gpu.gpu.vendor == "generic":
-        raise InputError("cannot save a calibration: the log names no GPU in kvplan's catalog (give --gpu; kvplan gpus "
-                         "lists them)")
-    if "@" not in c.engine:
-        raise InputError("cannot save a calibration: the log states no vLLM version; give --engine vllm@X.Y so it is "
-                         "filed under that version's budget rules")
+    c.require_calibration_key("vLLM")
     exact, estimates = _runs(c)
     if exact.budgets is None:
         raise InputError("cannot save a calibration: the log prints no KV budget ('Available KV cache memory')")
