@@ -151,7 +151,8 @@ def _finding(c, p: Printed, several_pools: bool) -> Finding:
         return Finding(p, ESTIMATED, f"{r.weight_bytes:,} B ({gib(r.weight_bytes)})",
                        "checkpoint weights per GPU; SGLang's 'mem usage' is the memory the load took",
                        rel_error(r.weight_bytes, float(p.value) * p.unit))
-    if p.what == "kv_tokens" and (measured := _measured_budget(c)) is not None:
+    first_pool = not several_pools or (p.worker or "").endswith("#1")  # a second pool is not the served model's
+    if p.what == "kv_tokens" and first_pool and (measured := _measured_budget(c)) is not None:
         return _tokens_from_measured(c, p, measured)
     if not c.gpu_known:
         why = ("the pool's token count comes from memory SGLang measured after loading; kvplan estimates it from the "
