@@ -319,7 +319,6 @@ def run(entry: dict, python: str) -> dict:
     info["pred_tokens"] = r.get("kv_capacity_tokens")
     info["pred_kv_gib"] = r["kv_budget_bytes"] / GiB if r.get("kv_budget_bytes") is not None else None
     info["pred_kv_bytes"] = r.get("kv_budget_bytes")
-    info["pred_weights_gib"] = r["weight_bytes"] / GiB if r.get("weight_bytes") is not None else None
     info["would_start"] = r.get("engine_would_start")
     info["start_msg"] = r.get("engine_start_message")
     info["resolved_engine"] = data.get("engine")
@@ -328,7 +327,11 @@ def run(entry: dict, python: str) -> dict:
     info["pred_act_gib"] = -parts.get("activation peak (estimate)", 0) / GiB
     info["pred_nontorch_gib"] = -parts.get("non-torch memory (estimate)", 0) / GiB
     info["pred_graphs_gib"] = -parts.get("CUDA graphs (estimate)", 0) / GiB
-    info["pred_other_gib"] = sum(-v for k, v in parts.items() if not k.startswith(("requested", "weights"))) / GiB
+    # vLLM's "Model loading took" counts the rotary tables built with the model: compared with weights + tables
+    rope = -sum(v for k, v in parts.items() if k.startswith("rotary"))
+    info["pred_weights_gib"] = (r["weight_bytes"] + rope) / GiB if r.get("weight_bytes") is not None else None
+    info["pred_other_gib"] = sum(-v for k, v in parts.items()
+                                 if not k.startswith(("requested", "weights", "rotary"))) / GiB
     if info.get("kv_gib") is not None and info.get("weights_gib") is not None and info["pred_requested_gib"]:
         # what the engine spent besides weights and KV, inferred from the two figures it printed
         info["log_other_gib"] = info["pred_requested_gib"] - info["weights_gib"] - info["kv_gib"]
@@ -405,7 +408,8 @@ def report(rows: list[dict]) -> str:
         "",
         "Prediction: `kvplan fit ... --json --offline` with no `--kv-budget`; error = (predicted - logged) / logged.",
         "KV GiB: vLLM 'Available KV cache memory' / SGLang K+V size, vs kvplan `kv_budget_bytes` (per GPU).",
-        "Weights GiB: vLLM 'Model loading took' / SGLang 'Load weight end ... mem usage', vs kvplan `weight_bytes` (per GPU).",
+        "Weights GiB: vLLM 'Model loading took' / SGLang 'Load weight end ... mem usage', vs kvplan `weight_bytes` (per GPU; "
+        "for vLLM plus the rotary cos/sin tables it builds with the model, which its figure includes).",
         "",
         f"## Evaluated ({len(done)} of {len(rows)} entries)",
         "",

@@ -428,6 +428,18 @@ class LayerGroup:
 
 
 @dataclass(frozen=True)
+class RopeTable:
+    """One rotary cos/sin table: [rows, dim] (cos and sin halves side by side), in the model dtype unless fp32."""
+
+    rows: int
+    dim: int
+    fp32: bool = False  # kept in fp32 whatever the model dtype (gpt-oss passes dtype=torch.float32)
+
+    def nbytes(self, float_bytes: int) -> int:
+        return self.rows * self.dim * (4 if self.fp32 else float_bytes)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """Everything an engine needs to lay out the cache and count weights; built once per config."""
 
@@ -454,6 +466,9 @@ class ModelSpec:
     # the config's own state-dtype fields as written (e.g. ("mamba_ssm_dtype", "float32")): engines that honour one
     # for some architectures read it here
     config_state_dtypes: tuple[tuple[str, str], ...] = ()
+    # rotary cos/sin tables the engines' model code precomputes at load (architectures/rope.py); neither weights
+    # nor KV, charged by the vLLM budget
+    rope_tables: tuple[RopeTable, ...] = ()
 
     @property
     def groups(self) -> tuple[LayerGroup, ...]:

@@ -75,7 +75,7 @@ def test_all_pass_exits_0(tmp_path):
 def test_example_exits_1_naming_chat_8b_with_its_shortfall():
     r = run_cli("check", str(EXAMPLE))
     assert r.code == 1
-    assert "chat-8b" in r.out and "short by 12 requests" in r.out
+    assert "chat-8b" in r.out and "short by 13 requests" in r.out
     assert r.err.strip().splitlines()[-1] == "kvplan: error: 1 of 3 deployments failed: chat-8b"
     code, d = check_json(str(EXAMPLE))
     assert code == 1 and d["passed"] is False
@@ -86,8 +86,8 @@ def test_example_exits_1_naming_chat_8b_with_its_shortfall():
     assert bad["passed"] is False
     assert bad["requirement"] == {"kind": "min_batch", "value": 16}
     assert bad["margin"] == {"value": bad["figures"]["max_batch"] - 16, "unit": "requests"}
-    assert bad["figures"]["max_batch"] == 4 and bad["margin"]["value"] == -12
-    assert bad["reason"].startswith("min_batch 16 not met") and "short by 12 requests" in bad["reason"]
+    assert bad["figures"]["max_batch"] == 3 and bad["margin"]["value"] == -13
+    assert bad["reason"].startswith("min_batch 16 not met") and "short by 13 requests" in bad["reason"]
     assert bad["inputs"]["ctx"] == 8192 and bad["inputs"]["gpu_memory_utilization"] == 0.9  # resolved, merged
     for key in ("name", "passed", "reason", "inputs", "figures", "requirement", "margin"):  # CONTRACTS.md keys
         assert key in bad
@@ -379,7 +379,7 @@ def test_junit_structure(tmp_path):
     (f,) = failures["chat-8b"]
     code, d = check_json(str(EXAMPLE))
     reason = next(x["reason"] for x in d["deployments"] if x["name"] == "chat-8b")
-    assert f.get("message") == reason and "short by 12 requests" in reason
+    assert f.get("message") == reason and "short by 13 requests" in reason
     assert cases[1].get("line") == str(line_of(EXAMPLE, "name: chat-8b"))
     assert [c.get("name") for c in ok.findall("testcase")] == ["chat-small", "chat-3b"]
     assert not ok.findall(".//failure")
@@ -402,7 +402,7 @@ def test_github_annotations(tmp_path):
     assert len(errors) == 1  # one per failing deployment
     m = re.fullmatch(r"::error file=(.+?),line=(\d+)::(.*)", errors[0])
     assert m and m[1] == str(EXAMPLE) and int(m[2]) == line_of(EXAMPLE, "name: chat-8b")
-    assert m[3].startswith("chat-8b: min_batch 16 not met") and "short by 12 requests" in m[3]
+    assert m[3].startswith("chat-8b: min_batch 16 not met") and "short by 13 requests" in m[3]
     # two failures in one file: two annotations, each on its own deployment's line
     text = ALL_PASS.replace("min_batch: 16", "min_batch: 1000").replace("batch: 8", "batch: 5000")
     path = write(tmp_path, text)

@@ -202,3 +202,30 @@ def test_one_wrong_rule_breaks_the_tier(vllm_runs: dict[str, Any], kvplan_knobs:
     monkeypatch.setattr(vllm, "build_stage", one_layer_more)
     wrong = kvplan_fit(case, r, vllm_runs["models"], kvplan_knobs)
     assert (wrong["kv_capacity_tokens"], wrong["engine_details"]["num_gpu_blocks"]) != engine
+
+
+# Families whose rotary tables vLLM's own model code builds differently from kvplan's rule (architectures/rope.py).
+ROPE_DIFFERENCES: dict[str, str] = {}
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in ov.CASES if c.id in ov.MODELS])
+def test_vllm_rope_tables(case: ov.Case, vllm_runs: dict[str, Any]) -> None:
+    """The rotary cos/sin tables vLLM allocated while building the model (its buffers named *cos_sin_cache, one
+    per instance get_rope shares between layers) are the ones kvplan charges to the vLLM budget: rows, columns and
+    dtype of each, on the very config file vLLM loaded."""
+    import json
+
+    from kvplan.architectures import normalize
+
+    r = vllm_runs["results"][case.id]
+    if "error" in r:
+        pytest.skip(f"vLLM {r.get('version')} did not build this model here: {r['error']}")
+    if r.get("rope_tables") is None:
+        pytest.fail("the harness could not reach vLLM's model to read its buffers", pytrace=False)
+    engine = sorted((t["shape"][0], t["shape"][1], t["dtype"]) for t in r["rope_tables"])
+    spec = normalize(json.loads((vllm_runs["models"] / case.model / "config.json").read_text()))
+    kvplan = sorted((t.rows, t.dim, "float32" if t.fp32 else r["model_dtype"]) for t in spec.rope_tables)
+    if case.id in ROPE_DIFFERENCES:
+        assert kvplan != engine, f"kvplan now agrees with vLLM; drop the ROPE_DIFFERENCES entry: {ROPE_DIFFERENCES[case.id]}"
+        return
+    assert kvplan == engine, f"rotary tables (rows, dim, dtype): vLLM {engine}, kvplan {kvplan}"

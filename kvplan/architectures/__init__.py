@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from kvplan.architectures import (
     base, classic, decoder, deepseek, deepseek_v4, defaults, encdec, gemma, gpt_oss, hybrid, llama4, mimo, nemotron_nas,
-    schema, step, vision,
+    rope, schema, step, vision,
 )
 from kvplan.architectures.base import Cfg
 from kvplan.errors import ConfigError
@@ -209,6 +209,7 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
         widths=_widths(text),
         warnings=tuple(warnings),
         config_state_dtypes=tuple((k, str(text.raw[k])) for k in STATE_DTYPE_FIELDS if text.raw.get(k) is not None),
+        rope_tables=rope.tables(family, model_type, top, text),
     )
 
 

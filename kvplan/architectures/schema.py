@@ -189,6 +189,11 @@ FIELDS: dict[str, Rule] = {
     **_fields(Rule("bool", words=("per-head",)), "gating"),
     **_fields(_FLAG, "projector_bias"),
     **_fields(Rule("int_list", 1, MAX_DIM), "weight_block_size"),
+    # the rotary tables engines build with the model (rope.py): rotated share of a head, bases, ALiBi instead
+    **_fields(_DIM, "rotary_dim"),
+    **_fields(Rule("number", 0, 1), "partial_rotary_factor", "rotary_pct"),
+    **_fields(Rule("number", 0, 1 << 50), "rope_theta", "swa_rope_theta", "rope_local_base_freq"),
+    **_fields(_FLAG, "alibi"),
 }
 # Fields whose names mean something else elsewhere, checked only inside their container.
 _ROPE = {"factor": Rule("number", 0, MAX_FACTOR), "type": _TEXT}

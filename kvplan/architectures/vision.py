@@ -15,8 +15,20 @@ from kvplan.spec import WeightPart
 V = "vision"
 
 
-def _lin(name: str, d_in: int, d_out: int, bias: bool = True) -> list[WeightPart]:
-    return base.linear(name, d_in, d_out, bias=bias, part=V, split="replicated")
+def _lin(name: str, d_in: int, d_out: int, bias: bool = True, split: str = "column") -> list[WeightPart]:
+    """A tower linear, split over tensor parallelism as vLLM's and SGLang's tower code does by default
+    (mm_encoder_tp_mode "weights": Column/Row/QKVParallelLinear); `split="row"` for the output projections (whose
+    bias stays whole), "replicated" for towers an engine runs unsplit."""
+    return base.linear(name, d_in, d_out, bias=bias, part=V, split=split)
+
+
+def _row(name: str, d_in: int, d_out: int, bias: bool = True) -> list[WeightPart]:
+    return _lin(name, d_in, d_out, bias, split="row")
+
+
+def _whole(name: str, d_in: int, d_out: int) -> list[WeightPart]:
+    """A bias-free linear that stays unsplit under tensor parallelism."""
+    return _lin(name, d_in, d_out, False, split="replicated")
 
 
 def _ln(name: str, dim: int, bias: bool = True) -> list[WeightPart]:
@@ -32,14 +44,15 @@ def siglip(v: Cfg) -> list[WeightPart]:
     parts.append(WeightPart("position_embedding", ((image // patch) ** 2, h), "other", V))
     for _ in range(v.need_int("num_hidden_layers")):
         parts += _ln("layer_norm1", h) + _ln("layer_norm2", h)
-        for p in ("q_proj", "k_proj", "v_proj", "out_proj"):
-            parts += _lin(p, h, h)
-        parts += _lin("mlp.fc1", h, inter) + _lin("mlp.fc2", inter, h)
+        parts += _lin("q_proj", h, h) + _lin("k_proj", h, h) + _lin("v_proj", h, h) + _row("out_proj", h, h)
+        parts += _lin("mlp.fc1", h, inter) + _row("mlp.fc2", inter, h)
     parts += _ln("post_layernorm", h)
-    if v.get("vision_use_head", default=True):  # the pooling head: probe + multihead attention + LN + MLP
+    if v.get("vision_use_head", default=True):  # the pooling head: probe + multihead attention + LN + MLP (vLLM:
+        # torch's nn.MultiheadAttention, unsplit)
         parts.append(WeightPart("head.probe", (1, 1, h), "other", V))
-        parts += _lin("head.attention.in_proj", h, 3 * h) + _lin("head.attention.out_proj", h, h)
-        parts += _ln("head.layernorm", h) + _lin("head.mlp.fc1", h, inter) + _lin("head.mlp.fc2", inter, h)
+        parts += _lin("head.attention.in_proj", h, 3 * h, split="replicated")
+        parts += _lin("head.attention.out_proj", h, h, split="replicated")
+        parts += _ln("head.layernorm", h) + _lin("head.mlp.fc1", h, inter) + _row("head.mlp.fc2", inter, h)
     return parts
 
 
@@ -54,11 +67,11 @@ def qwen3_vl(v: Cfg) -> list[WeightPart]:
     parts.append(WeightPart("pos_embed", (v.need_int("num_position_embeddings"), h), "other", V))
     for _ in range(v.need_int("depth")):
         parts += _ln("norm1", h) + _ln("norm2", h)
-        parts += _lin("attn.qkv", h, 3 * h) + _lin("attn.proj", h, h)
-        parts += _lin("mlp.linear_fc1", h, inter) + _lin("mlp.linear_fc2", inter, h)
+        parts += _lin("attn.qkv", h, 3 * h) + _row("attn.proj", h, h)
+        parts += _lin("mlp.linear_fc1", h, inter) + _row("mlp.linear_fc2", inter, h)
 
     def merger(postshuffle: bool) -> list[WeightPart]:
-        return _ln("merger.norm", merged if postshuffle else h) + _lin("merger.linear_fc1", merged, merged) + _lin(
+        return _ln("merger.norm", merged if postshuffle else h) + _lin("merger.linear_fc1", merged, merged) + _row(
             "merger.linear_fc2", merged, out
         )
 
@@ -81,13 +94,12 @@ def llama4_vision(v: Cfg) -> list[WeightPart]:
         *_ln("layernorm_pre", h), *_ln("layernorm_post", h),
     ]
     for _ in range(v.need_int("num_hidden_layers")):
-        for p in ("q_proj", "k_proj", "v_proj", "o_proj"):
-            parts += _lin(p, h, h)
-        parts += _lin("mlp.fc1", h, inter) + _lin("mlp.fc2", inter, h)
+        parts += _lin("q_proj", h, h) + _lin("k_proj", h, h) + _lin("v_proj", h, h) + _row("o_proj", h, h)
+        parts += _lin("mlp.fc1", h, inter) + _row("mlp.fc2", inter, h)
         parts += _ln("input_layernorm", h) + _ln("post_attention_layernorm", h)
     pin, pout = v.need_int("projector_input_dim"), v.need_int("projector_output_dim")
     parts += _lin("vision_adapter.mlp.fc1", inter, pin, bias=False)
-    parts += _lin("vision_adapter.mlp.fc2", pin, pout, bias=False)
+    parts += _row("vision_adapter.mlp.fc2", pin, pout, bias=False)
     return parts
 
 
@@ -95,20 +107,21 @@ def gemma4_vision(v: Cfg) -> list[WeightPart]:
     """Gemma4VisionModel (transformers 5.24 modeling_gemma4.py): a bias-free linear patch embedder with a 2 x
     position_embedding_size x hidden position table, encoder layers like the text model's (q/k RMSNorm over head_dim,
     v_norm without weight, gated MLP, 4 norms), a pooler without weights. std_bias / std_scale (standardize) and the
-    clipping bounds (use_clipped_linears) are buffers, not parameters."""
+    clipping bounds (use_clipped_linears) are buffers, not parameters. vLLM builds this tower with transformers'
+    AutoModel and its projection as a ReplicatedLinear: unsplit under tensor parallelism."""
     v.need_all("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "head_dim",
                "patch_size", "position_embedding_size")
     h, inter, heads = v.need_int("hidden_size"), v.need_int("intermediate_size"), v.need_int("num_attention_heads")
     kv, hd, patch = int(v.get("num_key_value_heads", default=heads)), v.need_int("head_dim"), v.need_int("patch_size")
-    parts = _lin("patch_embedder.input_proj", 3 * patch * patch, h, bias=False)
+    parts = _whole("patch_embedder.input_proj", 3 * patch * patch, h)
     parts.append(WeightPart("patch_embedder.position_embedding_table", (2, v.need_int("position_embedding_size"), h),
                             "other", V))
     for _ in range(v.need_int("num_hidden_layers")):
-        parts += _lin("self_attn.q_proj", h, heads * hd, False) + _lin("self_attn.k_proj", h, kv * hd, False)
-        parts += _lin("self_attn.v_proj", h, kv * hd, False) + _lin("self_attn.o_proj", heads * hd, h, False)
+        parts += _lin("self_attn.q_proj", h, heads * hd, False, split="replicated") + _lin("self_attn.k_proj", h, kv * hd, False, split="replicated")
+        parts += _lin("self_attn.v_proj", h, kv * hd, False, split="replicated") + _lin("self_attn.o_proj", heads * hd, h, False, split="replicated")
         parts += _ln("self_attn.q_norm", hd, False) + _ln("self_attn.k_norm", hd, False)
-        parts += _lin("mlp.gate_proj", h, inter, False) + _lin("mlp.up_proj", h, inter, False)
-        parts += _lin("mlp.down_proj", inter, h, False)
+        parts += _lin("mlp.gate_proj", h, inter, False, split="replicated") + _lin("mlp.up_proj", h, inter, False, split="replicated")
+        parts += _lin("mlp.down_proj", inter, h, False, split="replicated")
         for name in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
                      "post_feedforward_layernorm"):
             parts += _ln(name, h, False)
@@ -128,9 +141,8 @@ def step3p7_vision(v: Cfg) -> list[WeightPart]:
              WeightPart("embeddings.position_embedding", ((image // patch) ** 2, h), "other", V)]
     parts += _ln("pre_layernorm", h)
     for _ in range(int(v.get("layers", "num_hidden_layers"))):
-        for p in ("q_proj", "k_proj", "v_proj", "out_proj"):
-            parts += _lin(f"self_attn.{p}", h, h)
-        parts += _lin("mlp.fc1", h, inter) + _lin("mlp.fc2", inter, h)
+        parts += _lin("self_attn.q_proj", h, h) + _lin("self_attn.k_proj", h, h) + _lin("self_attn.v_proj", h, h)
+        parts += _row("self_attn.out_proj", h, h) + _lin("mlp.fc1", h, inter) + _row("mlp.fc2", inter, h)
         parts += _ln("layernorm_before", h) + _ln("layernorm_after", h)
         parts += [WeightPart("lambda_1", (h,), "other", V), WeightPart("lambda_2", (h,), "other", V)]
     for name, d_in, d_out in (("downsampler1", h, 2 * h), ("downsampler2", 2 * h, 4 * h)):
@@ -224,8 +236,8 @@ def llama4_projector(v: Cfg, text_hidden: int, top: Cfg) -> list[WeightPart]:
 
 PROJECTORS = {
     # Gemma4MultimodalEmbedder embed_vision: a bias-free linear to the text width (its pre-projection norm has no weight)
-    "Gemma4ForConditionalGeneration": lambda v, th, top: _lin("embed_vision.embedding_projection", v.need_int("hidden_size"),
-                                                              th, bias=False),
+    "Gemma4ForConditionalGeneration": lambda v, th, top: _whole("embed_vision.embedding_projection",
+                                                                v.need_int("hidden_size"), th),
     "Gemma3ForConditionalGeneration": lambda v, th, top: gemma3_projector(v, th),
     "Llama4ForConditionalGeneration": llama4_projector,
     "Qwen3VLForConditionalGeneration": lambda v, th, top: [],  # the merger is part of the tower

@@ -298,16 +298,20 @@ def default_mem_fraction(gpu_mib: int | None, tp: int, pp: int, rules: Rules, ml
 # ---------------------------------------------------------------------------------------------- budget, capacity
 def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int, weights: int,
            opts: dict[str, Any], reserve: int | None, dtype_bytes: int) -> base.Budget:
-    """profile_max_num_token: pre = free memory after NCCL init, post = pre - weights;
-    rest = post - pre x (1 - mem_fraction_static), i.e. KV = mem_fraction_static x pre - weights."""
+    """profile_max_num_token: pre = free memory after NCCL init, post = pre - what the load took (weights and the
+    rotary tables); rest = post - pre x (1 - mem_fraction_static), i.e. KV = mem_fraction_static x pre - load."""
     from kvplan.engines import overhead
 
     f, note = mem_fraction(prepared, spec, gpu, opts)
     pre = gpu.cuda_total - overhead.CUDA_CONTEXT_BYTES - (overhead.NCCL_BYTES if prepared.tp * prepared.pp > 1 else 0)
     if reserve is not None:
         pre = gpu.cuda_total - reserve
-    parts = (("free after NCCL init (estimate)", pre), ("x mem_fraction_static", int(pre * f) - pre), ("weights", -weights))
-    return base.Budget(int(pre * f) - weights, parts, (note,))
+    parts = [("free after NCCL init (estimate)", pre), ("x mem_fraction_static", int(pre * f) - pre), ("weights", -weights)]
+    # SGLang keeps the rotary cos/sin tables in fp32 on CUDA (layers/rotary_embedding/base.py, 0.5.10)
+    rope = sum(t.nbytes(4) for t in spec.rope_tables)
+    if rope and reserve is None:
+        parts.append(("rotary cos/sin tables, fp32 (built with the model)", -rope))
+    return base.Budget(sum(v for _, v in parts[1:]) + pre, tuple(parts), (note,))
 
 
 def mem_fraction(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, opts: dict[str, Any]) -> tuple[float, str]:

@@ -845,13 +845,17 @@ def format_gib(value_bytes: int, rules: Rules) -> str:
 def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int, weights: int,
            opts: dict[str, Any], reserve: int | None, dtype_bytes: int) -> base.Budget:
     """Worker.determine_available_memory: requested = total x gpu_memory_utilization (ceil since ~0.15), minus
-    weights, the profile run's activation peak, non-torch memory and (>= 0.22) CUDA-graph memory."""
+    weights, the rotary tables built with the model (counted in vLLM's "Model loading took"), the profile run's
+    activation peak, non-torch memory and (>= 0.21) CUDA-graph memory."""
     rules = prepared.selected.rules
     if reserve is None:
         _refuse_v0(prepared)
     requested, util_note = _requested(prepared, gpu, opts)
     parts = [("requested (total x gpu_memory_utilization)", requested), ("weights", -weights)]
     notes = [util_note]
+    rope = sum(t.nbytes(dtype_bytes) for t in spec.rope_tables)
+    if rope and reserve is None:
+        parts.append(("rotary cos/sin tables (built with the model)", -rope))
     if reserve is not None:
         parts.append(("reserve (--reserve)", -reserve))
     else:

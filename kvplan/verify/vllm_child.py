@@ -244,6 +244,27 @@ def _relevant(line: str) -> bool:
     return any(k in line for k in _RELEVANT) and "Traceback" not in line
 
 
+def _rope_tables(seen: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The rotary cos/sin tables the model holds as buffers (one per distinct rotary embedding: vLLM's get_rope
+    shares an instance between layers), each as rows, columns and dtype; None where the model is not reachable."""
+    core = seen.get("core")
+    try:
+        model = core.model_executor.driver_worker.worker.model_runner.model
+    except AttributeError:
+        return None
+    tables, storages = [], set()
+    for name, buf in model.named_buffers():
+        if not name.endswith("cos_sin_cache"):
+            continue
+        ptr = buf.untyped_storage().data_ptr()
+        if ptr in storages:
+            continue
+        storages.add(ptr)
+        tables.append({"name": name, "shape": list(buf.shape), "dtype": str(buf.dtype).replace("torch.", ""),
+                       "bytes": buf.numel() * buf.element_size()})
+    return tables
+
+
 def _read_engine(seen: dict[str, Any], cdiv: Any, kv_cache_utils: Any) -> dict[str, Any]:
     """What vLLM decided, from its own objects."""
     vc = seen["vllm_config"]
@@ -275,6 +296,7 @@ def _read_engine(seen: dict[str, Any], cdiv: Any, kv_cache_utils: Any) -> dict[s
         bytes_per_block = kv_cache_utils._pool_bytes_per_block(vc, wc.kv_cache_groups)
     avail = seen.get("available_memory") or [None]
     return {
+        "rope_tables": _rope_tables(seen),
         "budget_bytes": avail[0],
         "num_blocks": cc.num_gpu_blocks,
         "worker_num_blocks": wc.num_blocks if wc is not None else None,
