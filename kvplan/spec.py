@@ -415,6 +415,7 @@ class Widths:
     vocab: int
     intermediate: int
     experts_per_token: int = 0  # routed experts each token uses (0: dense)
+    expert_intermediate: int = 0  # one routed expert's MLP width (moe_intermediate_size, else intermediate_size)
 
 
 @dataclass(frozen=True)

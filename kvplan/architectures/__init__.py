@@ -221,4 +221,4 @@ def _widths(c: Cfg) -> Widths:
     dense = max(dense) if isinstance(dense, list) else int(dense)  # Gemma-3n: one size per layer
     top_k = int(c.get("num_experts_per_tok", "experts_per_token", "top_k_experts", "moe_top_k", default=0) or 0)
     moe = int(c.get("moe_intermediate_size", default=0) or 0)
-    return Widths(hidden, vocab, max(dense, top_k * moe), top_k)
+    return Widths(hidden, vocab, max(dense, top_k * moe), top_k, (moe or dense) if top_k else 0)

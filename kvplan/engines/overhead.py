@@ -40,11 +40,30 @@ VLLM_CUDAGRAPH_BYTES = int(0.36 * GiB)
 SAMPLER_FP32_COPIES = 4
 
 
-def vllm_activation(spec: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int, dtype_bytes: int) -> int:
+def vllm_activation(spec: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int, tp: int, dtype_bytes: int,
+                    moe_workspace_held: bool = False) -> int:
     w = spec.widths
     forward = max_num_batched_tokens * (w.hidden + 3 * w.intermediate // tp) * dtype_bytes
     sampler = SAMPLER_FP32_COPIES * max_num_seqs * w.vocab * 4
-    return max(forward, sampler)
+    held = vllm_moe_workspace(spec, max_num_batched_tokens, tp, dtype_bytes) if moe_workspace_held else 0
+    return held + max(forward, sampler)
+
+
+def vllm_moe_workspace(spec: ModelSpec, tokens: int, tp: int, dtype_bytes: int) -> int:
+    """vLLM >= 0.13 keeps the fused-MoE scratch in a WorkspaceManager buffer that outlives the forward
+    (v1/worker/workspace.py; 0.12 has none), so it is still held when the profile run's sampler peaks. Its size
+    for TritonExperts, the unquantized kernel (layers/fused_moe/fused_moe.py workspace_shapes, 0.19), at M tokens,
+    top-k, this GPU's expert width I and hidden K: M x k x max(I, K) (shared with the M x K output) plus
+    M x k x max(2I, K), each rounded up to 256 bytes. Three 0.19 H100 logs show the activation peak above kvplan's
+    by about this: Qwen3-30B-A3B 2.68 GiB logged vs 2.32 (+0.50 here), Mixtral tp 2 1.21 vs 0.49 (+0.66),
+    Llama-4-Scout tp 4 3.19 vs 3.08 (+0.16). Quantized experts run other kernels with other scratch: not counted."""
+    w = spec.widths
+    if not w.experts_per_token or not w.expert_intermediate or spec.quantization is not None:
+        return 0
+    m, k, i, h = tokens, w.experts_per_token, -(-w.expert_intermediate // tp), w.hidden
+    first = max(m * k * max(i, h), m * h) * dtype_bytes
+    second = m * k * max(2 * i, h) * dtype_bytes
+    return -(-first // 256) * 256 + -(-second // 256) * 256
 
 
 # vLLM >= 0.19 under tensor parallelism: its profiler's DEBUG line "non-torch forward increase memory" reads 2.06-2.17

@@ -48,6 +48,7 @@ class Rules:
     window_beyond_context_slides: bool = False  # a sliding_window >= the context is still a SlidingWindowSpec
     deepseek_v4: bool = False  # DeepSeek-V4's five-cache layout as 0.32's source builds it (block-outermost packing)
     tp_non_torch_measured: bool = False  # 0.19 logs: ~2 GiB non-torch per GPU with tp > 1 (overhead.py)
+    moe_workspace_held: bool = False  # fused-MoE scratch kept by the WorkspaceManager (0.13+, overhead.py)
 
 
 _OLD_MLA = (("hopper", 64), ("blackwell", 128), ("other", 16))  # 0.10-0.11: FlashMLA 64, CUTLASS MLA 128
@@ -57,12 +58,14 @@ _OLD_MLA = (("hopper", 64), ("blackwell", 128), ("other", 16))  # 0.10-0.11: Fla
 _NEW_MLA = (("hopper", 16), ("blackwell", 32), ("other", 16))
 # From 0.15: chunked local attention keeps the hybrid manager (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
 # defaults to 1 since PR #29627, late 2025); a 0.19 Llama-4-Scout log holds 4 groups of 12 layers (91,495 blocks).
-_SINCE_0_15 = dict(chunked_keeps_hybrid=True)
+_SINCE_0_13 = dict(moe_workspace_held=True)  # v1/worker/workspace.py appears in 0.13.0's wheel, not in 0.12.0's
+_SINCE_0_15 = dict(_SINCE_0_13, chunked_keeps_hybrid=True)
 _SINCE_0_32 = dict(_SINCE_0_15, promote_only_mixed=True, hybrid_align_to_block=True,
                    mamba_align_mode=True, cross_reserves_batched_tokens=True, ssm_fp32_architectures=True,
                    window_beyond_context_slides=True, deepseek_v4=True, tp_non_torch_measured=True)
 VERSIONS: list[tuple[str, Rules]] = [
     ("0.10", Rules(0.90, False, False, False, False, False, _OLD_MLA, 16, False)),
+    ("0.13", Rules(0.90, False, False, False, False, False, _OLD_MLA, 16, False, **_SINCE_0_13)),
     ("0.15", Rules(0.90, False, False, False, False, True, _NEW_MLA, 16, False, **_SINCE_0_15)),
     # 0.19 onwards: the non-torch memory of tensor parallelism its logs print (overhead.VLLM_TP_NON_TORCH_BYTES);
     # later rows keep it for want of later tp > 1 logs that itemise it
@@ -860,7 +863,7 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
         parts.append(("reserve (--reserve)", -reserve))
     else:
         batched, seqs = profile(prepared, gpu, opts)
-        act = overhead.vllm_activation(spec, batched, seqs, prepared.tp, dtype_bytes)
+        act = overhead.vllm_activation(spec, batched, seqs, prepared.tp, dtype_bytes, rules.moe_workspace_held)
         parts.append(("activation peak (estimate)", -act))
         parts.append(("non-torch memory (estimate)",
                       -overhead.vllm_non_torch(prepared.tp, prepared.pp, rules.tp_non_torch_measured)))
@@ -882,8 +885,9 @@ def calibrated_budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext,
     notes = [util_note, f"non-KV memory measured by {cal.describe()} (kvplan explain --save-calibration); "
              f"± {cal.half_width_bytes:,} B as printed"]
     batched, seqs = profile(prepared, gpu, opts)
-    now = overhead.vllm_activation(spec, batched, seqs, prepared.tp, dtype_bytes)
-    then = overhead.vllm_activation(spec, cal.max_num_batched_tokens, cal.max_num_seqs, prepared.tp, dtype_bytes)
+    held = prepared.selected.rules.moe_workspace_held
+    now = overhead.vllm_activation(spec, batched, seqs, prepared.tp, dtype_bytes, held)
+    then = overhead.vllm_activation(spec, cal.max_num_batched_tokens, cal.max_num_seqs, prepared.tp, dtype_bytes, held)
     if now != then:
         parts.append(("activation peak change since calibration (estimate)", then - now))
         notes.append(f"profile differs from the calibration's (max_num_batched_tokens {batched} "
