@@ -204,9 +204,6 @@ def test_one_wrong_rule_breaks_the_tier(vllm_runs: dict[str, Any], kvplan_knobs:
     assert (wrong["kv_capacity_tokens"], wrong["engine_details"]["num_gpu_blocks"]) != engine
 
 
-# Families whose rotary tables vLLM's own model code builds differently from kvplan's rule (architectures/rope.py).
-ROPE_DIFFERENCES: dict[str, str] = {}
-
 
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in ov.CASES if c.id in ov.MODELS])
 def test_vllm_rope_tables(case: ov.Case, vllm_runs: dict[str, Any]) -> None:
@@ -225,7 +222,4 @@ def test_vllm_rope_tables(case: ov.Case, vllm_runs: dict[str, Any]) -> None:
     engine = sorted((t["shape"][0], t["shape"][1], t["dtype"]) for t in r["rope_tables"])
     spec = normalize(json.loads((vllm_runs["models"] / case.model / "config.json").read_text()))
     kvplan = sorted((t.rows, t.dim, "float32" if t.fp32 else r["model_dtype"]) for t in spec.rope_tables)
-    if case.id in ROPE_DIFFERENCES:
-        assert kvplan != engine, f"kvplan now agrees with vLLM; drop the ROPE_DIFFERENCES entry: {ROPE_DIFFERENCES[case.id]}"
-        return
     assert kvplan == engine, f"rotary tables (rows, dim, dtype): vLLM {engine}, kvplan {kvplan}"

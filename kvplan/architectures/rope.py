@@ -9,7 +9,7 @@ Rows by rope type (vLLM 0.19 / 0.32 rotary_embedding/): default, llama3, proport
 dynamic = max_position x factor; yarn and deepseek_yarn = original_max_position x factor; longrope = original +
 max_position (a short and a long table, concatenated); multimodal rope (mrope_section) starts from 4 x the length.
 Which tables a model has is its family's code (one place each, below); the vLLM oracle records them
-(tests/test_rope_tables.py).
+(tests/test_engine_vllm.py, test_vllm_rope_tables).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ def parameters(c: Cfg) -> dict[str, Any]:
         rp["original_max_position_embeddings"] = c.get("original_max_position_embeddings")  # Phi-3's top-level field
     kind = str(rp.get("rope_type", rp.get("type", "default")) or "default")
     rp["rope_type"] = {"su": "longrope", "mrope": "default"}.get(kind, kind)
+    rp.setdefault("rope_theta", c.get("rope_theta", default=10000.0))
     return rp
 
 
@@ -88,28 +89,23 @@ def _one(c: Cfg, head_dim: int | None = None, fp32: bool = False) -> tuple[RopeT
 
 def _per_layer_kind(c: Cfg, local_theta_key: str, local_type_default: bool, global_head_dim_key: str | None):
     """Gemma-3 / 3n / 4, MiMo: sliding layers use another theta (and Gemma 4 full layers another head_dim) than
-    full layers: two rotary embeddings where the settings differ. Transformers-v5 files give rope_parameters per
-    layer type instead."""
-    n = _max_position(c)
-    per_type = c.raw.get("rope_parameters")
-    head = _head_dim(c)
+    full layers: one rotary embedding per distinct setting (get_rope shares equal ones). Transformers-v5 files give
+    rope_parameters per layer type instead."""
+    n, head = _max_position(c), _head_dim(c)
     full_head = int(c.get(global_head_dim_key, default=head) or head) if global_head_dim_key else head
+    per_type = c.raw.get("rope_parameters")
     if isinstance(per_type, dict) and _per_layer_type(per_type):
-        kinds = {"sliding_attention": head, "full_attention": full_head}
-        found = []
-        for kind, dim in kinds.items():
-            rp = dict(per_type.get(kind) or {})
-            if not rp:
-                continue
+        by_kind = (("sliding_attention", head), ("full_attention", full_head))
+        variants = [(dict(per_type[kind]), dim) for kind, dim in by_kind if per_type.get(kind)]
+        for rp, _ in variants:
             rp["rope_type"] = str(rp.get("rope_type", "default"))
-            found.append((rows(rp, n), _rotary_dim(c, dim, rp), tuple(sorted(map(str, rp.items())))))
-        return tuple(RopeTable(r, d) for r, d, _ in dict.fromkeys(found))
-    full = parameters(c)
-    local = ({"rope_type": "default"} if local_type_default else dict(full))
-    local["rope_theta"] = c.get(local_theta_key, default=10000.0)
-    tables = {(rows(full, n), _rotary_dim(c, full_head, full), str(sorted(map(str, full.items())))): None,
-              (rows(local, n), _rotary_dim(c, head, local), str(sorted(map(str, local.items())))): None}
-    return tuple(RopeTable(r, d) for r, d, _ in tables if n and d)
+    else:
+        full = parameters(c)
+        local = {"rope_type": "default"} if local_type_default else dict(full)
+        local["rope_theta"] = c.get(local_theta_key, default=full["rope_theta"])
+        variants = [(full, full_head), (local, head)]
+    distinct = {(rows(rp, n), _rotary_dim(c, dim, rp), str(sorted(rp.items(), key=str))): None for rp, dim in variants}
+    return tuple(RopeTable(r, d) for r, d, _ in distinct if n and d)
 
 
 def _gemma(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
@@ -124,10 +120,7 @@ def _gemma4(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
 
 def _mimo(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
     """MiMo-V2-Flash: full and sliding layers build a default rope each with their own theta (swa_rope_theta)."""
-    n, rp = _max_position(c), parameters(c)
-    dims = {_rotary_dim(c, int(c.get("head_dim", default=_head_dim(c))), rp)}
-    thetas = {c.get("rope_theta", default=10000.0), c.get("swa_rope_theta", default=c.get("rope_theta"))}
-    return tuple(RopeTable(n, d) for d in dims for _ in thetas) if n else ()
+    return _per_layer_kind(c, "swa_rope_theta", local_type_default=False, global_head_dim_key=None)
 
 
 def _mla(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:

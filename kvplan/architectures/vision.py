@@ -117,11 +117,10 @@ def gemma4_vision(v: Cfg) -> list[WeightPart]:
     parts.append(WeightPart("patch_embedder.position_embedding_table", (2, v.need_int("position_embedding_size"), h),
                             "other", V))
     for _ in range(v.need_int("num_hidden_layers")):
-        parts += _lin("self_attn.q_proj", h, heads * hd, False, split="replicated") + _lin("self_attn.k_proj", h, kv * hd, False, split="replicated")
-        parts += _lin("self_attn.v_proj", h, kv * hd, False, split="replicated") + _lin("self_attn.o_proj", heads * hd, h, False, split="replicated")
+        parts += _whole("self_attn.q_proj", h, heads * hd) + _whole("self_attn.k_proj", h, kv * hd)
+        parts += _whole("self_attn.v_proj", h, kv * hd) + _whole("self_attn.o_proj", heads * hd, h)
         parts += _ln("self_attn.q_norm", hd, False) + _ln("self_attn.k_norm", hd, False)
-        parts += _lin("mlp.gate_proj", h, inter, False, split="replicated") + _lin("mlp.up_proj", h, inter, False, split="replicated")
-        parts += _lin("mlp.down_proj", inter, h, False, split="replicated")
+        parts += _whole("mlp.gate_proj", h, inter) + _whole("mlp.up_proj", h, inter) + _whole("mlp.down_proj", inter, h)
         for name in ("input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
                      "post_feedforward_layernorm"):
             parts += _ln(name, h, False)

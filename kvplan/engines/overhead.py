@@ -7,6 +7,7 @@ engine-log cases were scored (README, "Capacity predictions"); which cases infor
 
 from __future__ import annotations
 
+from kvplan.parallel import cdiv
 from kvplan.spec import ModelSpec
 
 MiB, GiB = 1 << 20, 1 << 30
@@ -60,10 +61,10 @@ def vllm_moe_workspace(spec: ModelSpec, tokens: int, tp: int, dtype_bytes: int) 
     w = spec.widths
     if not w.experts_per_token or not w.expert_intermediate or spec.quantization is not None:
         return 0
-    m, k, i, h = tokens, w.experts_per_token, -(-w.expert_intermediate // tp), w.hidden
+    m, k, i, h = tokens, w.experts_per_token, cdiv(w.expert_intermediate, tp), w.hidden
     first = max(m * k * max(i, h), m * h) * dtype_bytes
     second = m * k * max(2 * i, h) * dtype_bytes
-    return -(-first // 256) * 256 + -(-second // 256) * 256
+    return cdiv(first, 256) * 256 + cdiv(second, 256) * 256
 
 
 # vLLM >= 0.19 under tensor parallelism: its profiler's DEBUG line "non-torch forward increase memory" reads 2.06-2.17

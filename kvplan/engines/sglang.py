@@ -311,7 +311,7 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
     rope = sum(t.nbytes(4) for t in spec.rope_tables)
     if rope and reserve is None:
         parts.append(("rotary cos/sin tables, fp32 (built with the model)", -rope))
-    return base.Budget(sum(v for _, v in parts[1:]) + pre, tuple(parts), (note,))
+    return base.Budget(sum(v for _, v in parts), tuple(parts), (note,))
 
 
 def mem_fraction(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, opts: dict[str, Any]) -> tuple[float, str]:
