@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable
 
+from rich.cells import cell_len
 from rich.console import Console, Group
 from rich.markup import escape as esc
 from rich.panel import Panel
@@ -56,7 +57,7 @@ _NUMBER = re.compile(r"^[-+<>=~ ]*[\d.,]+(?:\s?(?:[KMGTP]i?B|B|GB/s|ms|x|%|token
 
 
 def _longest_word(text: str) -> int:
-    return max((len(w) for w in text.split()), default=0)
+    return max((cell_len(w) for w in text.split()), default=0)
 
 
 def uncut(renderable: Any) -> Any:
@@ -70,7 +71,7 @@ def uncut(renderable: Any) -> Any:
             filled = [c for c in cells if c and c != "-"]
             if filled and all(_NUMBER.match(c) for c in filled):
                 col.no_wrap = True
-                col.min_width = max(col.min_width or 0, max(len(c) for c in filled), _longest_word(header))
+                col.min_width = max(col.min_width or 0, max(cell_len(c) for c in filled), _longest_word(header))
             else:
                 col.min_width = max(col.min_width or 0, max([_longest_word(c) for c in cells] + [_longest_word(header)]))
             for c in col._cells:
@@ -90,11 +91,28 @@ def fit_width(renderable: Any, con: Console) -> Any:
 
     uncut(renderable)
     if isinstance(renderable, Table) and renderable.columns and renderable.show_header:
-        if Measurement.get(con, con.options.update(max_width=1 << 16), renderable).minimum > con.width:
+        narrowest = _text_table_minimum(renderable)
+        if narrowest is None:  # a cell that is not text: let rich measure it (tens of ms on the whole catalog)
+            narrowest = Measurement.get(con, con.options.update(max_width=1 << 16), renderable).minimum
+        if narrowest > con.width:
             return stacked(renderable)
     if isinstance(renderable, Group):
         renderable.renderables[:] = [fit_width(r, con) for r in renderable.renderables]
     return renderable
+
+
+def _text_table_minimum(table: Table) -> int | None:
+    """The narrowest width rich can lay out a table whose cells are all text, by rich's own arithmetic
+    (Table.__rich_measure__: each column's min_width plus its padding, plus the borders), without rendering
+    every cell; None when a cell is something else, or the table has a width or min_width of its own."""
+    if table.width is not None or table.min_width is not None:
+        return None
+    total = table._extra_width
+    for i, col in enumerate(table.columns):
+        if col.width is not None or col.max_width is not None or not all(isinstance(c, (str, Text)) for c in (col.header, *col._cells)):
+            return None
+        total += (col.min_width or 0) + table._get_padding_width(i)
+    return total
 
 
 def stacked(table: Table) -> Group:
@@ -121,6 +139,8 @@ def _plain(cell: Any) -> str:
     if isinstance(cell, Text):
         return cell.plain
     if isinstance(cell, str):
+        if "[" not in cell:  # no markup: the string is its own text
+            return cell
         try:
             return Text.from_markup(cell).plain
         except Exception:  # noqa: BLE001 - a cell that is not markup is its own text

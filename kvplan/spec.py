@@ -381,6 +381,13 @@ class WeightPart:
     count: int = 1
     stored_bytes: int | None = None
 
+    def __init__(self, name: str, shape: tuple[int, ...], role: str, part: str = "text", split: str = "replicated",
+                 layer: int | None = None, count: int = 1, stored_bytes: int | None = None):
+        # Filled in one dict update: a model has thousands of parts, and the generated frozen __init__ (one
+        # object.__setattr__ per field) doubled the cost of building them (`fit` over the catalog builds 25,000).
+        self.__dict__.update(name=name, shape=shape, role=role, part=part, split=split, layer=layer, count=count,
+                             stored_bytes=stored_bytes)
+
     @property
     def params(self) -> int:
         n = self.count
