@@ -363,7 +363,8 @@ def _dims(c: FullAttention) -> str:
 class WeightPart:
     """A set of identical parameter tensors.
 
-    role:  embedding | lm_head | linear | expert | norm | bias | other   (what quantization applies to)
+    role:  embedding | lm_head | linear | expert | norm | bias | other | quant_scale   (what quantization applies to;
+           quant_scale: a quantized export's stored scalars, shape (0,): bytes but no parameters)
     part:  text | vision | encoder | mtp                                    (CONTRACTS.md breakdown)
     split: how tensor parallelism divides it: vocab | column | row | expert | replicated
     layer: decoder layer index (None for embeddings/final norm/lm_head and non-decoder parts)
@@ -396,7 +397,7 @@ class WeightPart:
         return n
 
 
-COUNTED_WEIGHT_FORMATS = ("fp8", "mxfp4", "int4")  # quantization methods weights.py counts; others are warned about
+COUNTED_WEIGHT_FORMATS = ("fp8", "mxfp4", "int4", "nvfp4")  # quantization methods weights.py counts; others are warned about
 
 
 @dataclass(frozen=True)

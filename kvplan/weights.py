@@ -4,11 +4,13 @@ Storage rules (one table, WEIGHT_FORMATS): 16/32-bit floats store every paramete
 the linear and expert weights of the text/encoder stacks, everything else (embeddings, norms, routers, biases,
 vision tower) stays in the model's 16-bit dtype. Quantized checkpoints declare their format in
 quantization_config: DeepSeek fp8 with an fp32 scale per 128x128 block, gpt-oss MXFP4 experts (17 B / 32
-weights), GPTQ/AWQ int4 with fp16 scales and packed int32 zero points per group.
+weights), GPTQ/AWQ int4 with fp16 scales and packed int32 zero points per group, NVIDIA NVFP4 (4-bit values, an
+fp8 scale per 16, two fp32 scalars per tensor; the export's excluded modules in 16-bit).
 """
 
 from __future__ import annotations
 
+import fnmatch
 import math
 
 from dataclasses import dataclass
@@ -78,6 +80,8 @@ def part_bytes(w: WeightPart, fmt: WeightFormat, float_bytes: int) -> int:
     method = q.expert_method if q.expert_method and w.role == "expert" else q.method
     if method == "mxfp4" and w.role != "expert":
         return w.params * float_bytes  # gpt-oss: attention, router, embeddings stay 16-bit
+    if method == "nvfp4" and excluded_module(w, q.excluded):
+        return w.params * float_bytes
     n = w.params // w.count
     out_dim, in_dim = (w.shape[0], math.prod(w.shape[1:])) if len(w.shape) >= 2 else (1, n)
     if method == "fp8" and q.block:
@@ -89,6 +93,11 @@ def part_bytes(w: WeightPart, fmt: WeightFormat, float_bytes: int) -> int:
         per = n + out_dim * 4
     elif method == "mxfp4":
         per = cdiv(n, 32) * 17
+    elif method == "nvfp4":
+        # per checkpoint tensor: weight uint8 [out, in/2] + weight_scale fp8 [out, in/16] + two fp32 scalars;
+        # a kvplan expert gate_up part is two checkpoint tensors (exports keep gate_proj and up_proj apart)
+        tensors = 2 if w.role == "expert" and w.name.endswith("gate_up_proj") else 1
+        per = n // 2 + out_dim * cdiv(in_dim, q.block[0] if q.block else 16) + 8 * tensors
     elif method == "int4":
         g = q.block[0] if q.block else 128
         groups = cdiv(in_dim, g)
@@ -96,6 +105,18 @@ def part_bytes(w: WeightPart, fmt: WeightFormat, float_bytes: int) -> int:
     else:  # pragma: no cover - formats are closed above
         per = n * float_bytes
     return per * w.count
+
+
+def excluded_module(w: WeightPart, patterns: tuple[str, ...]) -> bool:
+    """Whether an export's exclusion list (ModelOpt exclude_modules / ignore: fnmatch wildcards over module paths)
+    names the module a part belongs to. kvplan's parts carry the path below the decoder stack, so a pattern is
+    compared from its `layers.` on: `model.language_model.layers.3.self_attn*` matches layers.3.self_attn.q_proj."""
+    path = w.name if w.layer is None else f"layers.{w.layer}.{w.name}"
+    for pattern in patterns:
+        core = pattern[pattern.find("layers."):] if "layers." in pattern else pattern
+        if fnmatch.fnmatchcase(path, core) or fnmatch.fnmatchcase(path, "*." + core):
+            return True
+    return False
 
 
 def total_bytes(spec: ModelSpec, fmt: WeightFormat, float_dtype: str, *, include_mtp: bool = False) -> int:

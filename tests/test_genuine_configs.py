@@ -5,6 +5,7 @@ kv_cache_scheme)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -92,7 +93,22 @@ def test_step_3_7_flash_is_sized_by_its_own_family():
     assert hf["kv_bytes"] == (12 * 8192 + 33 * 511) * 2 * 8 * 128 * 2
 
 
-def test_a_weight_format_kvplan_does_not_count_is_said_not_hidden():
-    """nvidia's NVFP4 export (ModelOpt quant_algo NVFP4): before stop 23 its weights read as plain bf16 with no word."""
+def test_a_weight_format_kvplan_does_not_count_is_said_not_hidden(tmp_path):
+    """A quantization_config kvplan has no storage rule for (here ModelOpt's W4A8 AWQ algorithm on the NVFP4
+    export's config) is counted unquantized and said to be an upper bound, never silently."""
+    cfg = json.loads((DATA / "nvidia--Gemma-4-31B-IT-NVFP4_config.json").read_text())
+    cfg["quantization_config"] = {"quant_method": "modelopt", "quant_algo": "W4A8_AWQ"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    d = run_cli("size", str(path), "--json").json()
+    assert any("W4A8_AWQ" in w and "upper bound" in w for w in d["warnings"])
+
+
+def test_the_nvfp4_export_counts_its_excluded_attention_in_16_bit():
+    """nvidia/Gemma-4-31B-IT-NVFP4 excludes every layer's self_attn (63 patterns with lm_head and the vision tower):
+    its attention stays bf16, its MLPs are NVFP4, and no unquantized upper-bound warning remains."""
     d = run_cli("size", str(DATA / "nvidia--Gemma-4-31B-IT-NVFP4_config.json"), "--json").json()
-    assert any("NVFP4" in w and "upper bound" in w for w in d["warnings"])
+    assert d["weight_dtype"] == "nvfp4" and not any("upper bound" in w for w in d["warnings"])
+    bf16 = run_cli("size", str(DATA / "nvidia--Gemma-4-31B-IT-NVFP4_config.json"), "--weight-dtype", "bf16",
+                   "--json").json()
+    assert d["weight_bytes"] < bf16["weight_bytes"]

@@ -188,6 +188,7 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
     if quant is not None and quant.method not in COUNTED_WEIGHT_FORMATS:
         warnings.append(f"the checkpoint's weights are {quant.detail.split(';')[0]}, a format kvplan does not count: "
                         "weights are counted unquantized (an upper bound); --weight-dtype counts another format")
+    weights = [*weights, *base.kv_cache_scales(quant, weights)]
     return ModelSpec(
         architecture=arch or model_type,
         model_type=model_type,

@@ -355,6 +355,9 @@ def quantization(top: Cfg, text: Cfg) -> Quantization | None:
             detail += "; routed experts MXFP4 (expert_dtype fp4: 17 B per 32 weights)"
         return Quantization("fp8", detail, tuple(block) if block else None, tuple(q.get("modules_to_not_convert") or ()),
                             kv_hint, expert_method=experts)
+    nvfp4 = _nvfp4(q, method, algo)
+    if nvfp4 is not None:
+        return nvfp4
     if method == "mxfp4":
         return Quantization(
             "mxfp4", "MXFP4 experts: 4-bit values + one 8-bit scale per 32 (17 B / 32 weights)", (32,),
@@ -365,6 +368,36 @@ def quantization(top: Cfg, text: Cfg) -> Quantization | None:
         return Quantization("int4", f"{method} int4, group size {group}", (group,), (), kv_hint)
     named = f"quant_method {method!r}" + (f", quant_algo {algo!r}" if algo else "")
     return Quantization(method or "unknown", f"quantized ({named})", None, (), kv_hint)
+
+
+def _nvfp4(q: dict[str, Any], method: str, algo: str) -> Quantization | None:
+    """NVIDIA's NVFP4 exports: ModelOpt (quant_algo NVFP4; flat `group_size`/`exclude_modules`, or newer
+    `config_groups`/`ignore`) and compressed-tensors' nvfp4-pack-quantized. Per quantized linear the checkpoint
+    holds weight uint8 [out, in/2], weight_scale fp8 [out, in/group], and two fp32 scalars (weight_scale_2 /
+    input_scale, or weight_global_scale / input_global_scale); the excluded modules stay 16-bit."""
+    groups = q.get("config_groups") if isinstance(q.get("config_groups"), dict) else {}
+    weight_schemes = [g.get("weights") for g in groups.values() if isinstance(g, dict) and isinstance(g.get("weights"), dict)]
+    is_fp4 = any(w.get("num_bits") == 4 and w.get("type") == "float" and w.get("group_size") == 16 for w in weight_schemes)
+    if not (algo == "NVFP4" or (method == "compressed-tensors" and q.get("format") == "nvfp4-pack-quantized" and is_fp4)):
+        return None
+    group = int(q.get("group_size") or next((w.get("group_size") for w in weight_schemes if w.get("group_size")), 16))
+    excluded = tuple(str(m) for m in (q.get("exclude_modules") or q.get("ignore") or ()))
+    source = "ModelOpt" if method in ("modelopt", "") else method
+    return Quantization("nvfp4", f"NVFP4 weights ({source}): 4-bit values + an fp8 scale per {group} + two fp32 "
+                        f"scalars per tensor; {len(excluded)} excluded module pattern(s) stay 16-bit", (group,),
+                        excluded, _kv_hint(q))
+
+
+def kv_cache_scales(quant: Quantization | None, weights: list[WeightPart]) -> list[WeightPart]:
+    """An NVFP4 export with an fp8 KV cache stores two fp32 scalars per attention layer,
+    self_attn.k_proj.k_scale and self_attn.v_proj.v_scale: one 8-byte part per layer that has a self_attn.k_proj
+    (ModelOpt's names; latent-attention layers name theirs otherwise and are not counted)."""
+    if quant is None or quant.method != "nvfp4" or quant.kv_dtype_hint != "fp8_e4m3":
+        return []
+    layers = sorted({w.layer for w in weights if w.name == "self_attn.k_proj" and w.part == "text" and w.layer is not None})
+    # shape (0,): stored scalars that are no model parameter (transformers' count leaves them out)
+    return [WeightPart("self_attn.kv_scales", (0,), "quant_scale", "text", "replicated", i, stored_bytes=8)
+            for i in layers]
 
 
 def _kv_hint(q: dict[str, Any]) -> str | None:

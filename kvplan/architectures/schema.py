@@ -161,7 +161,11 @@ FIELDS: dict[str, Rule] = {
               "hybrid_override_pattern", "rope_type", "kv_cache_quant_algo", "mamba_ssm_dtype",
               "mamba_ssm_cache_dtype"),
     **_fields(Rule("str_list"), "architectures", "layer_types", "layers_block_type", "modules_to_not_convert",
-              "ignore"),
+              "ignore", "exclude_modules"),
+    # NVFP4 exports: compressed-tensors / newer ModelOpt config_groups {group: {weights: {num_bits, type,
+    # group_size}}} and the compressed-tensors `format` (nvfp4-pack-quantized)
+    **_fields(Rule("object"), "config_groups", "weights"),
+    **_fields(_TEXT, "format"),
     **_fields(_FLAG, "bias"),
     **_fields(Rule("int", 1, 64), "bits", "num_bits"),
     **_fields(Rule("int", -1, MAX_DIM), "group_size"),  # GPTQ: -1 = one group per row
