@@ -37,20 +37,25 @@ KNOWN_MISSES = {
                                                                "itemised (FlashInfer absent: PyTorch's sampler)"),
     "vllm-qwen3-8b-rtxa5000-tp1-len16384-gmu0.9764-lmcache": (0.05, "an LMCache connector attached; vLLM's CUDA-graph "
                                                                     "estimate 0.52 GiB against 0.36"),
+    # vLLM 0.23 DeepSeek-V4 (scored since Rules.dsv4_uniform_groups; its four serve logs are -2.4%)
+    "vllm-deepseek-v4-flash-2xh200nvl-tp2-len4096-fp8kv-gmu0.78-eager-offline-llm": (
+        0.08, "offline LLM(): 29.07 GiB of KV where the serve runs of the same series print 32.08 (DeepGEMM/TileLang "
+              "warm-up inside init; not itemised in the excerpt)"),
     "vllm-qwen3-30b-a3b-4xa10-tp4-len8192": (0.05, "calibration part; the log's budget line and gpu_memory_utilization "
                                                    "were not retrieved (0.9 assumed)"),
 }
 
-# Issue 13's target is 80% of the held-out part within 3%: 25 of 29 (86%) since stop 27. Two cases are no longer
+# Issue 13's target is 80% of the held-out part within 3%: 29 of 34 (85%) since the five vLLM 0.23 DeepSeek-V4 logs
+# are scored (4 of them within 3%); 25 of 29 (86%) before, since stop 27. Two cases are no longer
 # blind: Llama-4-Scout (+8.9%) and Qwen3-30B-A3B (+3.2%) led to three rules read from vLLM's source (the rotary
 # tables built with the model, checked on 33 models by the vLLM oracle; towers split over tp; the fused-MoE scratch
 # held through the profile); without them the count is 23 of 27 (85%).
-HELD_OUT_WITHIN_3PCT = 25
+HELD_OUT_WITHIN_3PCT = 29
 
 
 # Logs kvplan refuses to predict (exit 2, one line saying why): not scored; listed so each refusal stays deliberate.
-REFUSED = {f"vllm-deepseek-v4-flash-2xh200nvl-tp2-len{n}-fp8kv-gmu0.78-eager{tail}": "DeepSeek-V4 before vLLM 0.32"
-           for n, tail in ((4096, "-serve"), (4096, "-offline-llm"), (65536, ""), (131072, ""), (262144, ""))}
+# (The five vLLM 0.23 DeepSeek-V4 logs were here until vLLM 0.22/0.23's DeepSeek-V4 layout was modelled.)
+REFUSED: dict[str, str] = {}
 
 
 def _evaluable() -> list[str]:
@@ -94,7 +99,7 @@ def test_the_split_covers_every_log_and_both_parts_are_scored():
 
 
 def test_held_out_part(errors):
-    """Issue 13: capacity within 3% for at least 80% of the held-out vLLM and SGLang cases (25 of 29, 86%)."""
+    """Issue 13: capacity within 3% for at least 80% of the held-out vLLM and SGLang cases (29 of 34, 85%)."""
     held = [abs(e) for cid, e in errors.items() if SPLIT[cid] == "holdout"]
     assert len(held) >= 29
     assert sum(e <= 0.03 for e in held) >= HELD_OUT_WITHIN_3PCT, sorted(held)
@@ -137,6 +142,9 @@ def test_the_budget_evidence_file_is_what_the_code_gives_today():
 
 # Weights-as-loaded the logs print that kvplan does not reproduce within WEIGHTS_AS_LOADED_GIB, with the cause.
 WEIGHT_MISSES = {
+    **{f"vllm-deepseek-v4-flash-2xh200nvl-tp2-len{n}-fp8kv-gmu0.78-eager{tail}":
+       "DeepSeek-V4-Flash FP8/FP4 checkpoint: 74.08 GiB logged (74.35 offline) against kvplan's 73.31; not investigated"
+       for n, tail in ((4096, "-serve"), (4096, "-offline-llm"), (65536, ""), (131072, ""), (262144, ""))},
     "vllm-gpt-oss-20b-h100-80gb-tp2-len8192": "MXFP4 experts repacked for the kernel vLLM picked (7.01 GiB logged, "
                                               "6.44 by the checkpoint's format)",
 }

@@ -46,7 +46,18 @@ class Rules:
     cross_reserves_batched_tokens: bool = False  # CrossAttentionSpec reserves max_num_encoder_input_tokens
     ssm_fp32_architectures: bool = False  # SSM_DTYPE_FROM_CONFIG: the SSM state dtype from the config (NemotronH, Qwen3.5)
     window_beyond_context_slides: bool = False  # a sliding_window >= the context is still a SlidingWindowSpec
-    deepseek_v4: bool = False  # DeepSeek-V4's five-cache layout as 0.32's source builds it (block-outermost packing)
+    deepseek_v4: bool = False  # DeepSeek-V4's five-cache layout (models/deepseek_v4) is modelled
+    # How DeepSeek-V4's caches share the pool. "" is 0.32's block-outermost packing (_get_packed_kv_cache_groups). 0.22
+    # and 0.23 build UniformTypeKVCacheSpecs groups instead (0.23 v1/core/kv_cache_utils.py
+    # _get_kv_cache_groups_uniform_groups :1504-1602): the compressor-state pages are padded up to the next MLA page
+    # (:1563-1573), "Maximum concurrency" divides by cdiv(sum_g pages_g x page sum_g, the MLA group's page sum)
+    # (get_max_concurrency_for_kv_cache_config :899-917), and the start-up check charges (most layers of one page
+    # size in a group) x (sum of the MLA page sizes) per block (_max_memory_usage_bytes_from_groups :1776-1798). A
+    # block of the pool costs that same figure in 0.22 ("tuples": 0.22 _get_kv_cache_config_deepseek_v4 :1179-1218)
+    # and, in 0.23, sum over page sizes of page x most layers of that size in a group ("slots":
+    # _bucket_layers_by_page_size, _get_kv_cache_config_deepseek_v4 :1196-1244). 0.23 logs (tests/data/wild-logs.yaml)
+    # reproduce to the token.
+    dsv4_uniform_groups: str = ""
     tp_non_torch_measured: bool = False  # 0.19 logs: ~2 GiB non-torch per GPU with tp > 1 (overhead.py)
     moe_workspace_held: bool = False  # fused-MoE scratch kept by the WorkspaceManager (0.13+, overhead.py)
 
@@ -77,7 +88,12 @@ VERSIONS: list[tuple[str, Rules]] = [
     ("0.21", Rules(0.90, True, False, False, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
                    **_SINCE_0_15)),
     ("0.22", Rules(0.92, True, True, False, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
-                   **_SINCE_0_15)),
+                   deepseek_v4=True, dsv4_uniform_groups="tuples", **_SINCE_0_15)),
+    # 0.23: the 0.22 row but for DeepSeek-V4's block cost (Rules.dsv4_uniform_groups). Async scheduling is on by
+    # default in 0.23 (config/vllm.py:957-997) but the sliding reserve is still 1 x max_num_batched_tokens
+    # (kv_cache_interface.py:488-518), so async_scheduling stays False here.
+    ("0.23", Rules(0.92, True, True, False, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+                   deepseek_v4=True, dsv4_uniform_groups="slots", **_SINCE_0_15)),
     # 0.24: a Qwen3.6-35B-A3B log (tests/data/wild-logs.yaml) shows prefix caching's 'align' state blocks (2 per
     # Mamba group and request) and Qwen3.5's SSM state in its config's float32, to the token.
     ("0.24", Rules(0.92, True, True, False, False, True, _NEW_MLA, 16, False, mamba_align_mode=True,
@@ -439,11 +455,28 @@ class StageLayout:
     notes: tuple[str, ...]
 
     packed: bool = False  # block-outermost packing (DeepSeek-V4): groups of mixed pages, layer_pages per entry
+    # DeepSeek-V4 under vLLM 0.22/0.23 (Rules.dsv4_uniform_groups): each group's page sum, the divisor of the
+    # page-weighted blocks the concurrency is printed from (the MLA group's page sum), the start-up check's bytes
+    # per block; 0 = as bytes_per_block and blocks_per_request say
+    group_page_sums: tuple[int, ...] = ()
+    concurrency_divisor: int = 0
+    check_bytes_per_block: int = 0
 
     def blocks_per_request(self, max_len: int, inflight: int) -> int:
         if self.uniform_type:
             return max(s.blocks(max_len, inflight) for _, s in self.specs)
         return sum(g.spec.blocks(max_len, inflight) for g in self.groups)
+
+    def concurrency_blocks(self, max_len: int, inflight: int) -> int:
+        """The blocks per request vLLM divides its block count by for "Maximum concurrency"."""
+        if not self.concurrency_divisor:
+            return self.blocks_per_request(max_len, inflight)
+        return cdiv(sum(g.spec.blocks(max_len, inflight) * w for g, w in zip(self.groups, self.group_page_sums)),
+                    self.concurrency_divisor)
+
+    def check_bytes(self, max_len: int, inflight: int) -> int:
+        """What vLLM's start-up check (_check_enough_kv_cache_memory) says one request of max_len needs."""
+        return self.blocks_per_request(max_len, inflight) * (self.check_bytes_per_block or self.bytes_per_block)
 
 
 def approximate_gcd(values: list[int], lower_bound: int) -> int:
@@ -457,12 +490,22 @@ def approximate_gcd(values: list[int], lower_bound: int) -> int:
     return best
 
 
-def _packed_stage(specs: list[tuple[int, VSpec]], caches, notes: list[str]) -> StageLayout:
+def _packed_stage(specs: list[tuple[int, VSpec]], caches, notes: list[str], uniform_groups: str = "") -> StageLayout:
     """kv_cache_utils.py _get_packed_kv_cache_groups, for a block-outermost layout (DeepSeek-V4's indexer backend
     takes no other): layers are bucketed by uniform type (spec class, block size, window), in registration order;
     a bucket whose page sizes all have the same layer count is a repeating pattern, split into groups of
     `repeats` pattern copies (approximate_gcd over those buckets, at least the largest multi-page pattern); every
-    group's block then costs the widest group's page sum (_get_kv_cache_bytes_per_block)."""
+    group's block then costs the widest group's page sum (_get_kv_cache_bytes_per_block).
+    uniform_groups: vLLM 0.22/0.23's _get_kv_cache_groups_uniform_groups instead (Rules.dsv4_uniform_groups)."""
+    page = {e: sp.page for e, sp in specs}
+    if uniform_groups:  # sliding pages padded up to the nearest MLA page at least as large (0.23 :1563-1573)
+        mla_pages = sorted({sp.page for _, sp in specs if isinstance(sp, MLASpec)})
+        for e, sp in specs:
+            if isinstance(sp, SlidingSpec):
+                if not mla_pages or sp.page > mla_pages[-1]:
+                    raise InputError("vLLM 0.22/0.23 need every window page within the largest MLA page "
+                                     "(kv_cache_utils.py _get_kv_cache_groups_uniform_groups asserts it)")
+                page[e] = min(p for p in mla_pages if p >= sp.page)
     buckets: dict[tuple, list[tuple[int, VSpec]]] = {}
     for e, sp in specs:
         buckets.setdefault((type(sp), sp.block_size, getattr(sp, "window", 0)), []).append((e, sp))
@@ -470,12 +513,18 @@ def _packed_stage(specs: list[tuple[int, VSpec]], caches, notes: list[str]) -> S
     for members in buckets.values():
         by_page: dict[int, list[tuple[int, VSpec]]] = {}
         for e, sp in members:
-            by_page.setdefault(sp.page, []).append((e, sp))
+            by_page.setdefault(page[e], []).append((e, sp))
         counts = {len(v) for v in by_page.values()}
-        shaped.append((members, by_page, len(counts) == 1))
-    floor = max((max(len(v) for v in by_page.values()) for _, by_page, balanced in shaped
-                 if balanced and len(by_page) > 1), default=0)
-    repeats = approximate_gcd([max(len(v) for v in bp.values()) for _, bp, bal in shaped if bal], floor) if floor else None
+        whole = uniform_groups and isinstance(members[0][1], MLASpec)  # 0.22/0.23: the MLA group is never split
+        shaped.append((members, by_page, len(counts) == 1 and not whole))
+    if uniform_groups:  # num_layer_tuples: approximate_gcd of every bucket's tuples, at least the MLA group's (:1536)
+        tuples = {id(m): max(len(v) for v in bp.values()) for m, bp, _ in shaped}
+        mla = [tuples[id(m)] for m, _, _ in shaped if isinstance(m[0][1], MLASpec)]
+        repeats = approximate_gcd(list(tuples.values()), mla[0]) if mla else None
+    else:
+        floor = max((max(len(v) for v in by_page.values()) for _, by_page, balanced in shaped
+                     if balanced and len(by_page) > 1), default=0)
+        repeats = approximate_gcd([max(len(v) for v in bp.values()) for _, bp, bal in shaped if bal], floor) if floor else None
     if repeats is None:
         raise InputError("vLLM's block-outermost packing without a repeating multi-page pattern is not modelled")
     groups, pages = [], []
@@ -488,12 +537,32 @@ def _packed_stage(specs: list[tuple[int, VSpec]], caches, notes: list[str]) -> S
             parts = [[m for rep in pattern[i::k] for m in rep] for i in range(k)]
         for part in parts:
             groups.append(VGroup(part[0][1], tuple(e for e, _ in part), len(part)))
-            pages.append(sum(sp.page for _, sp in part))
-    per_block = max(pages)
-    notes.append(f"block-outermost packing: {len(groups)} KV groups in one pool, each block {per_block:,} B (the "
-                 f"widest group's pages; the others leave {', '.join(f'{per_block - p:,}' for p in pages if p != per_block) or 'nothing'} B unused)")
-    return StageLayout(tuple(groups), per_block, False, tuple((e, sp.page) for e, sp in specs),
-                       max(sp.block_size for _, sp in specs), tuple(caches), tuple(specs), tuple(notes), packed=True)
+            pages.append(sum(page[e] for e, _ in part))
+    extra: dict[str, Any] = {}
+    if uniform_groups:
+        # per page size, the most layers of that size in one group (the tensors of a size, 0.23 :1196-1218)
+        slots: dict[int, int] = {}
+        for g in groups:
+            for ps in {page[e] for e in g.layers}:
+                slots[ps] = max(slots.get(ps, 0), sum(1 for e in g.layers if page[e] == ps))
+        mla_group = next(i for i, g in enumerate(groups) if isinstance(g.spec, MLASpec))
+        tuple_bytes = sum({page[e] for e in groups[mla_group].layers}) * max(slots.values())
+        per_block = tuple_bytes if uniform_groups == "tuples" else sum(ps * n for ps, n in slots.items())
+        extra = dict(group_page_sums=tuple(pages), concurrency_divisor=pages[mla_group],
+                     check_bytes_per_block=tuple_bytes)
+        padded = sorted({(sp.page, page[e]) for e, sp in specs if page[e] != sp.page})
+        notes.append(f"DeepSeek-V4 in {len(groups)} KV groups of one pool (vLLM 0.22/0.23), each block {per_block:,} B "
+                     f"({'the MLA page sizes x ' + str(max(slots.values())) + ' layer tuples' if uniform_groups == 'tuples' else 'per page size, its most layers in one group'}); "
+                     + (f"window/state pages padded to the next MLA page ({', '.join(f'{a:,} -> {b:,}' for a, b in padded)} B); " if padded else "")
+                     + f"concurrency printed from page-weighted blocks over the MLA group's {pages[mla_group]:,} B; "
+                     f"the start-up check charges {tuple_bytes:,} B per block")
+    else:
+        per_block = max(pages)
+        notes.append(f"block-outermost packing: {len(groups)} KV groups in one pool, each block {per_block:,} B (the "
+                     f"widest group's pages; the others leave {', '.join(f'{per_block - p:,}' for p in pages if p != per_block) or 'nothing'} B unused)")
+    return StageLayout(tuple(groups), per_block, False, tuple((e, page[e]) for e, _ in specs),
+                       max(sp.block_size for _, sp in specs), tuple(caches), tuple(specs), tuple(notes), packed=True,
+                       **extra)
 
 
 def _align_hybrid(specs: list[tuple[int, VSpec]], block: int, alignment: int) -> tuple[list[tuple[int, VSpec]], int, list[str]]:
@@ -581,7 +650,7 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
     if not specs:
         return StageLayout((), 0, False, (), block, tuple(caches), (), tuple(notes))
     if any(s.align for _, s in specs):
-        return _packed_stage(specs, caches, notes)
+        return _packed_stage(specs, caches, notes, rules.dsv4_uniform_groups)
     has_mla = any(isinstance(s, MLASpec) for _, s in specs)
     alignment = rules.hybrid_mla_alignment if has_mla else 16
     if rules.hybrid_align_to_block:
@@ -645,6 +714,12 @@ class Prepared:
     def request_bytes(self, ctx: int, stage: int) -> int:
         s = self.stages[stage]
         return s.blocks_per_request(ctx, self.inflight) * s.bytes_per_block
+
+    def concurrency_blocks(self, ctx: int, stage: int) -> int:
+        return self.stages[stage].concurrency_blocks(ctx, self.inflight)
+
+    def check_bytes(self, ctx: int, stage: int) -> int:
+        return self.stages[stage].check_bytes(ctx, self.inflight)
 
     def limiting_stage(self, ctx: int) -> int:
         return layout.limiting([self.request_bytes(ctx, i) for i in range(len(self.stages))])
@@ -753,9 +828,9 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
                            + ("" if opts.get("block_size") else f", block size {SPARSE_BLOCK} (the indexer backend's)"))
     elif SlidingLatent in kinds:
         if not rules.deepseek_v4:
-            raise layout.UnsupportedKind(f"DeepSeek-V4 is laid out from vLLM 0.32's source; vLLM {selected.version} packs its "
-                             "caches differently (a 0.22 log implies 1,051,776 B blocks where 0.32 builds 1,002,240) "
-                             "and is not modelled: use --engine vllm@0.32 or later")
+            raise layout.UnsupportedKind(f"DeepSeek-V4 is laid out from vLLM 0.22, 0.23 and 0.32's sources; vLLM "
+                             f"{selected.version}'s packing of its caches is not modelled: use --engine vllm@0.22, "
+                             "vllm@0.23 or vllm@0.32 or later")
         assumptions.append(
             "DeepSeek-V4 (models/deepseek_v4): fp8_ds_mla records of 584 B (448 fp8 + 8 B of scales + 64 bf16 RoPE) "
             "for the 128-token window (block 64) and the compressed latents (block 256: 64 entries at ratio 4, 2 at "
@@ -958,7 +1033,8 @@ def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], 
     stage = prepared.limiting_stage(mml)
     st = prepared.stages[stage]
     bpr = prepared.blocks_per_request(mml, stage)
-    concurrency = num_blocks / bpr if bpr else None  # printed with the null block included
+    per_request = prepared.concurrency_blocks(mml, stage)
+    concurrency = num_blocks / per_request if per_request else None  # printed with the null block included
     if rules.tokens_from_concurrency:
         tokens = int(concurrency * mml) if concurrency is not None else 0
     else:  # (num_blocks // kv groups) x block size (_report_kv_cache_config, <= 0.19), the block's tokens over all
@@ -968,19 +1044,21 @@ def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], 
     cap = int(opts.get("max_num_seqs") or default_max_num_seqs_for(gpu))
     # start-up check (_check_enough_kv_cache_memory) at the same max_model_len
     avail = min(budgets)
-    needed = max(prepared.request_bytes(mml, s) for s in range(len(prepared.stages)))
+    needed = max(prepared.check_bytes(mml, s) for s in range(len(prepared.stages)))
     if rules.null_block_before_fit:
         avail -= st.bytes_per_block
     start, message, suggested = True, None, None
     if min(budgets) <= 0:
         start, message = False, "No available memory for the cache blocks (vLLM refuses to start)"
     elif needed > avail:
-        suggested = base.largest(1, mml, lambda m: max(prepared.request_bytes(m, s) for s in range(len(prepared.stages))) <= avail)
+        suggested = base.largest(1, mml, lambda m: max(prepared.check_bytes(m, s) for s in range(len(prepared.stages))) <= avail)
         start = False
         message = (f"vLLM refuses to start with max_model_len {mml:,}: one request needs {needed / (1 << 30):.2f} GiB of KV "
                    f"cache, {avail / (1 << 30):.2f} GiB available; estimated maximum model length {suggested:,}")
     details = {"num_gpu_blocks": num_blocks, "usable_blocks": max(0, num_blocks - 1), "blocks_per_request": bpr,
                "block_size": st.block_size, "bytes_per_block": st.bytes_per_block, "max_model_len": mml,
                "available_kv_printed": f"{format_gib(min(budgets), rules)} GiB"}
+    if per_request != bpr:  # vLLM 0.22/0.23 DeepSeek-V4: the concurrency's own blocks per request
+        details["concurrency_blocks_per_request"] = per_request
     return base.Capacity(max_batch(prepared, ctx, budgets), tokens, round(concurrency, 2) if concurrency is not None else None,
                          cap, start, message, suggested, details)
