@@ -718,8 +718,9 @@ class Prepared:
     def concurrency_blocks(self, ctx: int, stage: int) -> int:
         return self.stages[stage].concurrency_blocks(ctx, self.inflight)
 
-    def check_bytes(self, ctx: int, stage: int) -> int:
-        return self.stages[stage].check_bytes(ctx, self.inflight)
+    def check_bytes(self, ctx: int) -> int:
+        """What the start-up check (_check_enough_kv_cache_memory) says one request of ctx needs, on the worst stage."""
+        return max(s.check_bytes(ctx, self.inflight) for s in self.stages)
 
     def limiting_stage(self, ctx: int) -> int:
         return layout.limiting([self.request_bytes(ctx, i) for i in range(len(self.stages))])
@@ -1044,14 +1045,14 @@ def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], 
     cap = int(opts.get("max_num_seqs") or default_max_num_seqs_for(gpu))
     # start-up check (_check_enough_kv_cache_memory) at the same max_model_len
     avail = min(budgets)
-    needed = max(prepared.check_bytes(mml, s) for s in range(len(prepared.stages)))
+    needed = prepared.check_bytes(mml)
     if rules.null_block_before_fit:
         avail -= st.bytes_per_block
     start, message, suggested = True, None, None
     if min(budgets) <= 0:
         start, message = False, "No available memory for the cache blocks (vLLM refuses to start)"
     elif needed > avail:
-        suggested = base.largest(1, mml, lambda m: max(prepared.check_bytes(m, s) for s in range(len(prepared.stages))) <= avail)
+        suggested = base.largest(1, mml, lambda m: prepared.check_bytes(m) <= avail)
         start = False
         message = (f"vLLM refuses to start with max_model_len {mml:,}: one request needs {needed / (1 << 30):.2f} GiB of KV "
                    f"cache, {avail / (1 << 30):.2f} GiB available; estimated maximum model length {suggested:,}")

@@ -283,7 +283,7 @@ class _Exact:
             r = self.run(0, length) if self.budgets else self.c.fit(kv_budget=1 << 40, ctx=length, max_model_len=length)
             prepared = r.setup.prepared
             mml = r.capacity.details.get("max_model_len", length)
-            needed = max(prepared.check_bytes(mml, s) for s in range(len(prepared.stages)))
+            needed = prepared.check_bytes(mml)
             lo, hi = p.bounds()
             ok = lo <= needed < hi
             return Finding(p, REPRODUCED if ok else DIFFERS, f"{needed:,} B ({gib(needed)})",
