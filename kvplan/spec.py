@@ -333,6 +333,22 @@ class LinearAttentionState(RecurrentState):
 
 
 @dataclass(frozen=True)
+class KimiDeltaState(LinearAttentionState):
+    """Kimi Delta Attention (Kimi Linear, Kimi-K3): q, k and v each through a short convolution (conv_dim = 3 x heads
+    x head_dim) and one head_dim x head_dim recurrent matrix per head. A class of its own because engines store it
+    unlike Gated DeltaNet (vLLM keeps the recurrent matrix in fp32 whatever the cache dtype). full_rank_gate: Kimi-K3's
+    layer (use_full_rank_gate), which vLLM builds with its own class and state rules; gate_lower_bound: the config's
+    bound on the decay gate (None when absent), a condition of vLLM's FlashKDA prefill."""
+
+    full_rank_gate: bool = False
+    gate_lower_bound: float | None = None
+
+    def describe(self) -> str:
+        return (f"Kimi Delta Attention state: conv {self.conv_dim} x {self.conv_kernel}, "
+                f"recurrent {self.num_v_heads} x {self.key_head_dim} x {self.value_head_dim}")
+
+
+@dataclass(frozen=True)
 class SharedKV(LayerCache):
     """Reuses the cache of an earlier layer (Gemma-3n num_kv_shared_layers): no bytes of its own."""
 

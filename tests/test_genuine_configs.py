@@ -17,8 +17,6 @@ DATA = Path(__file__).with_name("data") / "aic-configs"
 
 @pytest.mark.parametrize("name, fields", [
     ("MiniMaxAI--MiniMax-M3", "sparse_attention_config"),
-    # Kimi-K3 (kimi_linear text): MLA layers interleaved with KDA linear attention; it was sized as all-MLA before
-    ("moonshotai--Kimi-K3", "linear_attn_config"),
 ])
 def test_families_not_sized_yet_are_refused_by_what_they_carry(name, fields):
     for command in (["size", str(DATA / f"{name}_config.json")], ["fit", "--gpu", "8xH200", "--model",

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kvplan.architectures import (
-    base, classic, decoder, deepseek, deepseek_v4, defaults, encdec, gemma, gpt_oss, hybrid, llama4, mimo, nemotron_nas,
-    rope, schema, step, vision,
+    base, classic, decoder, deepseek, deepseek_v4, defaults, encdec, gemma, gpt_oss, hybrid, kimi, llama4, mimo,
+    nemotron_nas, rope, schema, step, vision,
 )
 from kvplan.architectures.base import Cfg
 from kvplan.errors import ConfigError
@@ -35,6 +35,8 @@ def _mt(*names: str) -> Callable[[Cfg, Cfg], bool]:
 FAMILIES: tuple[Family, ...] = (
     Family("nemotron-nas", lambda top, text: text.has("block_configs"), nemotron_nas.build),
     Family("deepseek-v4", lambda top, text: deepseek_v4.is_deepseek_v4(text), deepseek_v4.build),
+    # Kimi Linear / Kimi-K3 (its text_config): KDA + MLA; transformers maps max_position_embeddings to model_max_length
+    Family("kimi-linear", _mt("kimi_linear"), kimi.build, ("max_position_embeddings", "model_max_length")),
     Family("deepseek-mla", lambda top, text: deepseek.is_mla(text), deepseek.build),
     Family("mamba", _mt("mamba", "falcon_mamba"), hybrid.mamba),
     Family("mamba2", _mt("mamba2"), hybrid.mamba2),

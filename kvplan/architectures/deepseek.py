@@ -15,9 +15,9 @@ from kvplan.errors import ConfigError
 from kvplan.spec import IndexerKeys, LatentAttention, SparseLatentAttention, WeightPart
 
 
-# MLA configs that also carry layers this module does not build: Kimi Linear / Kimi-K3 (model_type kimi_linear)
-# interleave KDA linear-attention layers (linear_attn_config) with MLA ones. They are not DeepSeek-style: left to
-# the unknown-family check, which refuses them by those fields rather than size every layer as MLA.
+# MLA configs that also carry layers this module does not build: KDA linear-attention layers (linear_attn_config).
+# Kimi Linear / Kimi-K3 (model_type kimi_linear) are read by architectures/kimi.py; any other model_type with them is
+# left to the unknown-family check, which refuses it by those fields rather than size every layer as MLA.
 NOT_DEEPSEEK_FIELDS = ("linear_attn_config",)
 
 

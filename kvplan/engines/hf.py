@@ -20,8 +20,8 @@ from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
 from kvplan.parallel import heads_unsplit
 from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
-                         LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
-                         SparseLatentAttention, WindowBeyondContext)
+                         KimiDeltaState, LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState,
+                         SharedKV, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,8 @@ KIND_RULES: dict[type, Any] = {
     IndexerKeys: IndexerLayer(),
     MambaState: StateLayer("ssm_states"),
     LinearAttentionState: StateLayer("recurrent_states"),
+    KimiDeltaState: layout.NotModelled("transformers 5.24 runs Kimi Linear (models/kimi_linear) but kvplan has not "
+                                       "read its KDA cache layout yet"),
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
     **layout.DEEPSEEK_V4_NOT_MODELLED,

@@ -25,9 +25,9 @@ from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
 from kvplan.parallel import heads_unsplit
-from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LinearAttentionState,
-                         MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
-                         SparseLatentAttention, WindowBeyondContext)
+from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, KimiDeltaState,
+                         LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState, SharedKV,
+                         SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -189,6 +189,8 @@ KIND_RULES: dict[type, Any] = {
     IndexerKeys: IndexerCells(),
     MambaState: RecurrentRows(),
     LinearAttentionState: RecurrentRows(),
+    KimiDeltaState: layout.NotModelled("llama.cpp runs Kimi Linear (LLM_ARCH_KIMI_LINEAR) but kvplan has not read "
+                                       "its recurrent-state rows for KDA yet"),
     SharedKV: layout.NO_CACHE,
     NoCache: ZeroHeadCells(),
     **layout.DEEPSEEK_V4_NOT_MODELLED,

@@ -18,8 +18,8 @@ from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select
 from kvplan.parallel import heads_floor, pad_to
 from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
-                         LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
-                         SparseLatentAttention, WindowBeyondContext)
+                         KimiDeltaState, LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState,
+                         SharedKV, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -176,6 +176,8 @@ KIND_RULES: dict[type, Any] = {
     IndexerKeys: IndexKeyPool("full"),
     MambaState: StateSlots(),
     LinearAttentionState: StateSlots(),
+    KimiDeltaState: layout.NotModelled("SGLang runs Kimi Linear (srt/models/kimi_linear.py, its hybrid "
+                                       "linear-attention pool) but kvplan has not read how it sizes the KDA state yet"),
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
     **layout.DEEPSEEK_V4_NOT_MODELLED,

@@ -15,8 +15,8 @@ from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select
 from kvplan.parallel import heads_ceil
 from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
-                         LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState, SharedKV, SlidingWindow,
-                         SparseLatentAttention, WindowBeyondContext)
+                         KimiDeltaState, LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState,
+                         SharedKV, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -144,6 +144,8 @@ KIND_RULES: dict[type, Any] = {
     IndexerKeys: IndexerBlockPool(),
     MambaState: StateBuffers(),
     LinearAttentionState: StateBuffers(),
+    KimiDeltaState: layout.NotModelled("kvplan has not read a TensorRT-LLM layout for Kimi Delta "
+                                       "Attention"),
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
     **layout.DEEPSEEK_V4_NOT_MODELLED,

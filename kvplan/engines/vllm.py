@@ -21,7 +21,8 @@ from kvplan.engines.versions import Selected, select, version_key
 from kvplan.errors import ConfigError, InputError
 from kvplan.parallel import heads_floor
 from kvplan.spec import (ChunkedLocal, CompressedIndexerKeys, CompressedLatent, CompressorState, CrossAttention,
-                         FullAttention, IndexerKeys, LatentAttention, LayerCache, LinearAttentionState, MambaState,
+                         FullAttention, IndexerKeys, KimiDeltaState, LatentAttention, LayerCache,
+                         LinearAttentionState, MambaState,
                          ModelSpec, NoCache, RecurrentState, SharedKV, SlidingLatent, SlidingWindow,
                          SparseLatentAttention, WindowBeyondContext)
 
@@ -59,6 +60,11 @@ class Rules:
     # reproduce to the token.
     dsv4_uniform_groups: str = ""
     tp_non_torch_measured: bool = False  # 0.19 logs: ~2 GiB non-torch per GPU with tp > 1 (overhead.py)
+    # Kimi Linear / Kimi-K3's KDA + MLA layout is modelled: read in 0.12 and 0.13's wheels (MambaModelConfig turns
+    # prefix caching off for a model without mamba prefix-caching support; HybridAttentionMambaModelConfig aligns an
+    # MLA hybrid's block to 64, 128 with CUTLASS MLA) and 0.32's source. 0.15 to 0.25 put such a model in 'align' mode
+    # and align by backend block sizes, which kvplan has not read for it.
+    kda_modelled: bool = False
     moe_workspace_held: bool = False  # fused-MoE scratch kept by the WorkspaceManager (0.13+, overhead.py)
 
 
@@ -73,10 +79,12 @@ _SINCE_0_13 = dict(moe_workspace_held=True)  # v1/worker/workspace.py appears in
 _SINCE_0_15 = dict(_SINCE_0_13, chunked_keeps_hybrid=True)
 _SINCE_0_32 = dict(_SINCE_0_15, promote_only_mixed=True, hybrid_align_to_block=True,
                    mamba_align_mode=True, cross_reserves_batched_tokens=True, ssm_fp32_architectures=True,
-                   window_beyond_context_slides=True, deepseek_v4=True, tp_non_torch_measured=True)
+                   window_beyond_context_slides=True, deepseek_v4=True, tp_non_torch_measured=True, kda_modelled=True)
 VERSIONS: list[tuple[str, Rules]] = [
-    ("0.10", Rules(0.90, False, False, False, False, False, _OLD_MLA, 16, False)),
-    ("0.13", Rules(0.90, False, False, False, False, False, _OLD_MLA, 16, False, **_SINCE_0_13)),
+    # hybrid MLA alignment 64 (models/config.py HybridAttentionMambaModelConfig, 0.12 and 0.13 wheels: "128 if
+    # use_cutlass_mla else 64"); a ~0.11.1 Kimi-Linear log reproduces with it (tests/test_kimi_linear.py)
+    ("0.10", Rules(0.90, False, False, False, False, False, _OLD_MLA, 64, False, kda_modelled=True)),
+    ("0.13", Rules(0.90, False, False, False, False, False, _OLD_MLA, 64, False, kda_modelled=True, **_SINCE_0_13)),
     ("0.15", Rules(0.90, False, False, False, False, True, _NEW_MLA, 16, False, **_SINCE_0_15)),
     # 0.19 onwards: the non-torch memory of tensor parallelism its logs print (overhead.VLLM_TP_NON_TORCH_BYTES);
     # later rows keep it for want of later tp > 1 logs that itemise it
@@ -292,6 +300,7 @@ class SpecEnv:
     arch: str = "hopper"  # gpu_arch of the planned GPU (size: Hopper)
     sparse_block: int = SPARSE_BLOCK
     dcp: int = 1  # decode_context_parallel_size: full-attention and MLA pages shard a request's tokens
+    flashkda: bool = False  # Kimi-K3's KDA prefill picks FlashKDA here (SM90/10x/12x, bf16 model, bf16/fp32 state)
 
 
 def _attention_bytes(c: FullAttention, env: SpecEnv) -> int:
@@ -407,6 +416,21 @@ def _mamba(c: RecurrentState, env: SpecEnv) -> VSpec:
                      state_blocks=blocks)
 
 
+def _kda(c: KimiDeltaState, env: SpecEnv) -> VSpec:
+    """Kimi Delta Attention (layers/mamba/mamba_utils.py kda_state_shape / kda_state_dtype): conv (kernel - 1,
+    3 x heads x head_dim / tp) in the conv dtype, recurrent (heads / tp, head_dim, head_dim) in the recurrent dtype
+    prepare() resolved (fp32 by default). Kimi-K3's layer (models/kimi_k3/nvidia/kda.py get_kv_cache_spec) adds a
+    prefill-checkpoint page in "align" mode when its prefill backend is FlashKDA (kda_checkpoint.py: alignment 16 for
+    "flashkda" only; resolve_kda_prefill_backend: CUDA SM 9/10/12, head_dim 128, bf16 input, a gate_lower_bound)."""
+    if c.num_v_heads % env.tp:
+        raise InputError(f"--tp {env.tp} does not divide the model's {c.num_v_heads} KDA heads (vLLM asserts "
+                         "num_heads % tp_size == 0)")
+    conv, recurrent = env.state_dtypes
+    checkpoint = int(env.flashkda and c.full_rank_gate and c.key_head_dim == 128 and c.gate_lower_bound is not None)
+    return MambaSpec(env.block, state_bytes=conv.nbytes(prod(c.conv_shape(env.tp))) + recurrent.nbytes(prod(c.ssm_shape_for(env.tp))),
+                     state_blocks=2 + checkpoint if env.state_align else 1)
+
+
 # get_kv_cache_spec per layer kind: KV-sharing consumers and MLP-only layers get no spec
 KIND_RULES: dict[type, Any] = {
     FullAttention: _full,
@@ -423,6 +447,7 @@ KIND_RULES: dict[type, Any] = {
     CompressorState: _dsv4_state,
     MambaState: _mamba,
     LinearAttentionState: _mamba,
+    KimiDeltaState: _kda,
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
 }
@@ -623,8 +648,9 @@ def _promotes_local(caches, disable: bool, rules: Rules) -> bool:
 
 
 def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, Any], state_dtypes, arch: str,
-                hybrid_state: bool, batched_tokens: int) -> StageLayout:
-    """hybrid_state: the model has attention and state layers (prefix caching puts the state in "align" mode)."""
+                hybrid_state: bool, batched_tokens: int, flashkda: bool = False) -> StageLayout:
+    """hybrid_state: the model has attention and state layers (prefix caching puts the state in "align" mode);
+    flashkda: Kimi-K3's KDA prefill backend would be FlashKDA (SpecEnv.flashkda)."""
     user_block = opts.get("block_size")
     block = int(user_block or 16)
     disable = bool(opts.get("disable_hybrid_kv_cache_manager"))
@@ -638,7 +664,7 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
     env = SpecEnv(tp, kvd, block, int(user_block or dict(rules.mla_block).get(arch, 16)),
                   _promotes_local(caches, disable, rules), state_dtypes, state_align,
                   batched_tokens if rules.cross_reserves_batched_tokens else None, rules.window_beyond_context_slides,
-                  arch, int(user_block or SPARSE_BLOCK), int(opts.get("decode_context_parallel_size") or 1))
+                  arch, int(user_block or SPARSE_BLOCK), int(opts.get("decode_context_parallel_size") or 1), flashkda)
     if state_align and any(isinstance(c, RecurrentState) for _, c in caches):
         notes.append("prefix caching on a hybrid: state layers in mamba_cache_mode 'align', 2 state pages per request "
                      "(Mamba-2 mixers 3); --no-enable-prefix-caching gives 1")
@@ -849,12 +875,29 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     model_dt = dtypes.KV_DTYPES[spec.dtype] if spec.dtype in ("fp16", "bf16", "fp32") else base.serving_dtype(spec)
     state = kvd.state or (model_dt if model_dt.name != "fp32" else base.serving_dtype(spec))
     ssm_state = _ssm_state_dtype(spec, state, opts.get("mamba_ssm_cache_dtype"), rules)
+    kda = next((c for _, c in spec.caches if isinstance(c, KimiDeltaState)), None)
+    flashkda = False
+    if kda is not None and not rules.kda_modelled:
+        raise layout.UnsupportedKind(f"Kimi Delta Attention (Kimi Linear / Kimi-K3) is laid out from vLLM 0.12, 0.13 "
+                                     f"and 0.32's sources; vLLM {selected.version}'s handling of it is not modelled: "
+                                     "use --engine vllm@0.13 or vllm@0.32 or later")
+    if kda is not None:
+        ssm_state = _kda_recurrent_dtype(kda, opts.get("mamba_ssm_cache_dtype"))
+        flashkda = (arch in ("hopper", "blackwell", "sm120") and model_dt.name == "bf16"
+                    and ssm_state.name in ("bf16", "fp32"))
+        assumptions.append(
+            f"Kimi Delta Attention state: conv window in {state.name}, recurrent matrix in {ssm_state.name} "
+            + ("(mamba_ssm_cache_dtype: float32 or bfloat16)" if kda.full_rank_gate
+               else "(vLLM's Kimi-Linear layer keeps it in fp32 whatever --mamba-ssm-cache-dtype says)")
+            + ("; Kimi-K3's FlashKDA prefill on this GPU keeps one more state page per request in 'align' mode"
+               if flashkda and kda.full_rank_gate and kda.key_head_dim == 128 and kda.gate_lower_bound is not None
+               else ""))
     has_state = any(issubclass(k, RecurrentState) for k in kinds)
-    if has_state:
+    if has_state and kda is None:
         assumptions.append(f"Mamba/linear-attention state: conv window kernel-1, conv state in {state.name} "
                            f"(--state-dtype), SSM/recurrent state in {ssm_state.name} (--mamba-ssm-cache-dtype)")
     hybrid_state = has_state and any(issubclass(k, (FullAttention, LatentAttention)) for k in kinds)
-    stages = tuple(build_stage(cs, tp, kvd, rules, opts, (state, ssm_state), arch, hybrid_state, int(mbt))
+    stages = tuple(build_stage(cs, tp, kvd, rules, opts, (state, ssm_state), arch, hybrid_state, int(mbt), flashkda)
                    for cs in layout.stages(spec, pp))
     assumptions.append("the null block (block 0) is excluded from usable blocks")
     if dcp_note:
@@ -913,6 +956,19 @@ def _ssm_state_dtype(spec: ModelSpec, conv: DType, flag: str | None, rules: Rule
                                   f"the SSM state dtype), found {declared[:40]!r}")
             return dtypes.kv_dtype(declared)
     return conv
+
+
+def _kda_recurrent_dtype(c: KimiDeltaState, flag: str | None) -> DType:
+    """MambaStateDtypeCalculator.kda_state_dtype: the recurrent matrix is fp32 for `auto`. Kimi-K3's layer passes
+    --mamba-ssm-cache-dtype on (float32 or bfloat16; anything else is refused), Kimi-Linear's shared layer
+    (kimi_gdn_linear_attn.py get_state_dtype) never passes it."""
+    if not c.full_rank_gate or not flag or flag.strip().lower() == "auto":
+        return dtypes.KV_DTYPES["fp32"]
+    chosen = dtypes.kv_dtype(flag)
+    if chosen.name not in ("fp32", "bf16"):
+        raise InputError(f"--mamba-ssm-cache-dtype {flag}: vLLM's Kimi Delta Attention state accepts auto, float32 or "
+                         "bfloat16 only ('KDA recurrent state supports only auto, float32, and bfloat16')")
+    return chosen
 
 
 def format_gib(value_bytes: int, rules: Rules) -> str:
