@@ -502,6 +502,9 @@ def write_evidence(rows: list[dict]) -> Path:
               "# (tests/data/wild-logs.yaml; the printed figure at its 0.01 GiB), and each log's GPU and tp. Written by\n"
               "# `python bench/budget_eval.py --evidence`; tests/test_wild_budget.py holds it to the code.\n")
     path.write_text(header + yaml.safe_dump(evidence(rows), sort_keys=False), encoding="utf-8")
+    from kvplan import yaml_files
+
+    yaml_files.write_snapshot()  # kvplan reads the bundled YAML through its parsed snapshot
     return path
 
 

@@ -1,3 +1,3 @@
-from kvplan.cli import main
+from kvplan.cli import run
 
-main()
+run()

@@ -41,6 +41,7 @@ class Key:
 
 @dataclass(frozen=True)
 class Calibration:
+    """Non-KV memory measured from an engine's start-up log, reused for the same model, engine and GPU setup."""
     key: Key
     non_kv_bytes: tuple[int, ...]  # per pipeline stage: requested memory less the printed KV budget (its midpoint)
     half_width_bytes: int  # half the printed precision of the KV budget (0.005 GiB for "43.61 GiB")
@@ -108,13 +109,12 @@ def default_path() -> Path:
 
 def load(path: Path | str | None = None, *, must_exist: bool = False) -> tuple[Calibration, ...]:
     """Every calibration in the file; none when the default file does not exist (a named one must)."""
-    import yaml
-
     p = Path(path).expanduser() if path else default_path()
     if not p.exists():
         if must_exist:
             raise InputError(f"{p}: no such calibration file; save one with kvplan explain LOG --save-calibration {p}")
         return ()
+    import yaml  # only for a file that exists: the import is a tenth of a cold `fit`
     try:
         doc = yaml.safe_load(p.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:

@@ -13,6 +13,7 @@ from kvplan.errors import ConfigError
 
 @dataclass(frozen=True)
 class BundledModel:
+    """One entry of model_configs/aliases.yaml: the genuine config.json shipped for a Hub id, and its short names."""
     repo_id: str
     config_path: Path
     aliases: tuple[str, ...]

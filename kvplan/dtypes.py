@@ -13,6 +13,7 @@ from kvplan.errors import InputError
 
 @dataclass(frozen=True)
 class DType:
+    """A cache or weight element type; block formats (q8_0, q4_0...) store block_elems values in block_bytes."""
     name: str
     block_elems: int
     block_bytes: int

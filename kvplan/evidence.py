@@ -18,6 +18,7 @@ LOW_QUANTILE, HIGH_QUANTILE = 0.1, 0.9  # the central 80% of cases
 
 @dataclass(frozen=True)
 class BudgetEvidence:
+    """How far kvplan's KV budget landed from engines' printed ones in public logs (fit's caution interval)."""
     engine: str
     errors: tuple[int, ...]  # estimated minus printed KV budget per GPU, bytes, one per distinct setup, ascending
     logs: int  # the logs behind them (a sweep over max_model_len alone repeats one setup's figure exactly)

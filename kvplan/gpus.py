@@ -46,6 +46,7 @@ _VENDOR_WORDS = ("nvidia", "geforce", "tesla", "quadro", "amd", "instinct")
 
 @dataclass(frozen=True)
 class Gpu:
+    """One board of the GPU catalog (kvplan/data/gpus.yaml), with the memory its driver reports and sources."""
     name: str
     display: str
     aliases: tuple[str, ...]
@@ -81,6 +82,7 @@ class Gpu:
 
 @dataclass(frozen=True)
 class GpuSelection:
+    """What `--gpu` named: a catalog board (or a plain size) and how many of them."""
     gpu: Gpu
     count: int
     requested: str

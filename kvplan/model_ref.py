@@ -37,6 +37,7 @@ class ModelRef:
 
 @dataclass(frozen=True)
 class ResolvedModel:
+    """A model reference loaded: its config dict, plus what else the source gave (safetensors header, GGUF)."""
     ref: ModelRef
     config: dict[str, Any]
     extras: dict[str, Any] = field(default_factory=dict)  # e.g. safetensors metadata, GGUF header ("gguf")

@@ -21,6 +21,7 @@ UNBOUNDED_MAX_CTX = 1 << 20  # search limit for models without a position limit 
 
 @dataclass(frozen=True)
 class FitResult:
+    """One model on one GPU selection: its KV budget per stage and the batch x context it can serve."""
     setup: Setup
     gpu: GpuSelection
     ctx: int
@@ -246,6 +247,7 @@ def _hold_back(b: Budget, headroom: float) -> Budget:
 
 @dataclass(frozen=True)
 class FitReport:
+    """`kvplan fit` over several models: one result per model, and the models that could not be sized."""
     gpu: GpuSelection
     engine: str
     tp: int

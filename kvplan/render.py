@@ -50,7 +50,7 @@ def console(stderr: bool = False) -> Console:
     width = None
     if not (hasattr(stream, "isatty") and stream.isatty()) and not os.environ.get("COLUMNS"):
         width = OFF_TERMINAL_WIDTH
-    return UncutConsole(stderr=stderr, highlight=False, soft_wrap=False, width=width)
+    return UncutConsole(stderr=stderr, highlight=False, soft_wrap=False, width=width, emoji=False)
 
 
 _NUMBER = re.compile(r"^[-+<>=~ ]*[\d.,]+(?:\s?(?:[KMGTP]i?B|B|GB/s|ms|x|%|tokens|requests|GPUs?))?(?:\s\(est\.\))?$")
@@ -142,7 +142,7 @@ def _plain(cell: Any) -> str:
         if "[" not in cell:  # no markup: the string is its own text
             return cell
         try:
-            return Text.from_markup(cell).plain
+            return Text.from_markup(cell, emoji=False).plain
         except Exception:  # noqa: BLE001 - a cell that is not markup is its own text
             return cell
     return ""
@@ -409,7 +409,8 @@ def plain_text(renderable: Any, width: int = 140) -> str:
     import io
 
     buf = io.StringIO()
-    con = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False, soft_wrap=False)
+    con = Console(file=buf, width=width, color_system=None, force_terminal=False, highlight=False, soft_wrap=False,
+                  emoji=False)
     con.print(fit_width(renderable, con))
     return buf.getvalue()
 

@@ -186,6 +186,7 @@ def _with_safetensors(s: Setup, mo: ModelOptions) -> Setup:
 
 @dataclass(frozen=True)
 class SizeResult:
+    """`kvplan size`'s answer: the cache plan, weights, and the warnings and assumptions behind them."""
     setup: Setup
     plan: CachePlan
     ctx: int

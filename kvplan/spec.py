@@ -18,6 +18,7 @@ from typing import ClassVar
 # KIND_RULES, looked up by class in engines/layout.py).
 @dataclass(frozen=True)
 class LayerCache:
+    """What one layer keeps per request; each engine's KIND_RULES table sizes it by its class."""
     kind: ClassVar[str] = "none"
 
     @property
@@ -43,6 +44,7 @@ class NoCache(LayerCache):
 
 @dataclass(frozen=True)
 class FullAttention(LayerCache):
+    """K and V for every token of the context, kv_heads x head_dim each (K and V widths may differ)."""
     kind: ClassVar[str] = "full"
     kv_heads: int
     head_dim_k: int
@@ -67,6 +69,7 @@ class FullAttention(LayerCache):
 
 @dataclass(frozen=True)
 class SlidingWindow(FullAttention):
+    """Full attention over the last `window` tokens only; engines differ in how many they actually keep."""
     kind: ClassVar[str] = "sliding"
     window: int = 0
     # transformers' window where its config class differs from the engines' reading of the same config
@@ -444,6 +447,7 @@ class Widths:
 
 @dataclass(frozen=True)
 class LayerGroup:
+    """Layers with the same cache kind and shape, listed by index (the unit of size's breakdown)."""
     cache: LayerCache
     layer_ids: tuple[int, ...]
 

@@ -35,6 +35,7 @@ def canonical_weight_dtype(flag: str) -> str | None:
 
 @dataclass(frozen=True)
 class WeightFormat:
+    """How a checkpoint stores its weights: 16-bit floats, or a quantization counted tensor by tensor."""
     name: str
     description: str
     quant: Quantization | None  # None: every parameter in the float dtype

@@ -22,6 +22,7 @@ TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
 
 @dataclass(frozen=True)
 class Family:
+    """A model family: how to recognise its config, how to build its layers, where its context limit lives."""
     name: str
     matches: Callable[[Cfg, Cfg], bool]
     build: Callable[[Cfg, Cfg], tuple]

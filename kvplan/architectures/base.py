@@ -147,6 +147,7 @@ def kinds_from_layer_types(cfg: Cfg, n: int) -> list[str] | None:
 
 @dataclass(frozen=True)
 class AttnDims:
+    """Attention widths as a config states them (heads, KV heads, K and V head dims)."""
     heads: int
     kv_heads: int
     head_dim: int

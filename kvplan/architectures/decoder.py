@@ -15,6 +15,7 @@ from kvplan.spec import LayerCache, WeightPart
 
 @dataclass(frozen=True)
 class Quirks:
+    """How a llama-like family departs from llama: biases, MLP shape, norms (one row per family)."""
     q_bias: str | bool = "attention_bias"  # a config key to read, or a fixed value
     k_bias: str | bool = "attention_bias"
     v_bias: str | bool = "attention_bias"

@@ -46,6 +46,7 @@ _ALIASES = {alias: row.name for row in LISTINGS.values() for alias in row.aliase
 
 @dataclass(frozen=True)
 class Engine:
+    """An engine's module together with the version rules a run selected."""
     name: str
     module: EngineModule
     selected: Selected

@@ -18,6 +18,7 @@ from kvplan.spec import LayerCache, ModelSpec
 
 @dataclass(frozen=True)
 class Request:
+    """The workload a plan is made for: context per request, requests at once, and the parallel layout."""
     ctx: int
     batch: int = 1
     tp: int = 1
@@ -26,6 +27,7 @@ class Request:
 
 @dataclass(frozen=True)
 class KVDtypes:
+    """The cache element types in force (K, V, state) and where they came from, for the output's labels."""
     k: DType
     v: DType
     state: DType | None  # conv/recurrent state override (--state-dtype)
@@ -109,6 +111,7 @@ class PlanGroup:
 
 @dataclass(frozen=True)
 class CachePlan:
+    """An engine's cache for one request shape: its groups, bytes over all GPUs, and what it assumed."""
     engine: str
     request: Request
     groups: tuple[PlanGroup, ...]

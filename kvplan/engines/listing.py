@@ -56,6 +56,7 @@ def knob_table(*knobs: Knob) -> dict[str, Knob]:
 
 @dataclass(frozen=True)
 class Listing:
+    """What the CLI needs of an engine without importing its module: names, help line, knob flags."""
     name: str
     module: str  # imported on first use
     aliases: tuple[str, ...]

@@ -16,6 +16,7 @@ R = TypeVar("R")
 
 @dataclass(frozen=True)
 class Selected(Generic[R]):
+    """The rule set chosen for `--engine NAME[@VERSION]`, with the version asked for and a note when they differ."""
     name: str
     version: str  # the resolved rule set's version label
     requested: str | None

@@ -29,6 +29,7 @@ from kvplan.spec import (ChunkedLocal, CompressedIndexerKeys, CompressedLatent, 
 
 @dataclass(frozen=True)
 class Rules:
+    """What changes between vLLM versions (one row per version in VERSIONS)."""
     gpu_memory_utilization: float  # default --gpu-memory-utilization
     cudagraph_charged: bool  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default
     tokens_from_concurrency: bool  # "GPU KV cache size" = int(concurrency * max_model_len) (>= 0.22)
@@ -461,6 +462,7 @@ def layer_spec(c: LayerCache, env: SpecEnv) -> VSpec | None:
 # ---------------------------------------------------------------------------------------------- grouping
 @dataclass(frozen=True)
 class VGroup:
+    """A vLLM KV cache group: one spec shared by its layers, and the tensors (slots) it spans."""
     spec: VSpec
     layers: tuple[int, ...]  # real layers (padding slots are not listed)
     slots: int  # tensors this group spans: group_size (hybrid) or its layer count
