@@ -32,8 +32,8 @@ MAX_LIST = 1 << 20       # entries of a list of names (an fp8 checkpoint's modul
 
 @dataclass(frozen=True)
 class Rule:
-    """What one field accepts. kind: int | number | bool | str | str_list | int_list | object | object_list |
-    str_or_object | index_list (a list of integers or one comma-separated string of them)."""
+    """What one field accepts. kind: int | number (positive) | signed | bool | str | str_list | int_list | object |
+    object_list | str_or_object | index_list (a list of integers or one comma-separated string of them)."""
 
     kind: str
     low: int = 0
@@ -57,6 +57,8 @@ class Rule:
         span = f"{self.low:,}..{self.high:,}"
         if self.kind == "number":
             return f"a number in {span}" if self.low else f"a positive number up to {self.high:,}"
+        if self.kind == "signed":
+            return f"a number from {-self.high:,} to {self.high:,}"
         if self.kind == "int_list":
             return f"a list of integers in {span}"
         if self.kind == "index_list":
@@ -198,10 +200,20 @@ FIELDS: dict[str, Rule] = {
     **_fields(Rule("number", 0, 1), "partial_rotary_factor", "rotary_pct"),
     **_fields(Rule("number", 0, 1 << 50), "rope_theta", "swa_rope_theta", "rope_local_base_freq"),
     **_fields(_FLAG, "alibi"),
+    # Kimi Linear / Kimi-K3: the KDA layers' settings (linear_attn_config, scoped below), MLA's output gate, latent
+    # MoE (routed_expert_hidden_size, its norm), shared experts, Kimi-K3's Attention Residuals
+    **_fields(Rule("object"), "linear_attn_config"),
+    **_fields(_FLAG, "mla_use_output_gate", "latent_moe_use_norm"),
+    **_fields(_DIM, "routed_expert_hidden_size"),
+    **_fields(_EXPERTS, "num_shared_experts"),
+    **_fields(_LAYERS, "attn_res_block_size"),
 }
 # Fields whose names mean something else elsewhere, checked only inside their container.
 _ROPE = {"factor": Rule("number", 0, MAX_FACTOR), "type": _TEXT}
 SCOPED: dict[str, dict[str, Rule]] = {
+    "linear_attn_config": {**_fields(Rule("int_list", 1, MAX_LAYERS), "kda_layers", "full_attn_layers"),
+                           "short_conv_kernel_size": _DIM, "use_full_rank_gate": _FLAG,
+                           "gate_lower_bound": Rule("signed", 0, 1 << 20)},
     "rope_scaling": _ROPE,
     "rope_parameters": _ROPE,
     "block_configs": {"attention": Rule("object"), "ffn": Rule("object"), "ffn_mult": Rule("number", 0, 1 << 10)},
@@ -282,6 +294,9 @@ def _check(value: Any, rule: Rule, where: str) -> Any:
                 return value
     elif rule.kind == "number":
         if _is_number(value) and 0 < value <= rule.high:
+            return value
+    elif rule.kind == "signed":
+        if _is_number(value) and -rule.high <= value <= rule.high:
             return value
     else:
         number = _integer(value, rule)
