@@ -155,3 +155,25 @@ def test_llamacpp_kda_rows_and_v_less_latent(batch):
     out = kvjson("size", K3, "--ctx", str(ctx), "--batch", str(batch), "--engine", "llamacpp")
     assert out["kv_bytes"] == batch * (69 * state + 24 * ctx * row)
     assert out["kv_bytes_per_token"] == 24 * row
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_sglang_state_slots_and_mla_pool(kl48, tp):
+    """SGLang 0.5.10: KimiLinearStateShape gives each request conv (kernel - 1, 3 x heads x head_dim / tp) in bf16
+    (SGLANG_MAMBA_CONV_DTYPE) and temporal (heads / tp, head_dim, head_dim) in fp32 per KDA layer; the MLA layers
+    hold HybridLinearKVPool's MLATokenToKVPool rows of kv_lora_rank + rope (not split by TP), size + one page."""
+    ctx, batch = 4096, 3
+    lac = KL48["linear_attn_config"]
+    heads, hd, k = lac["num_heads"], lac["head_dim"], lac["short_conv_kernel_size"]
+    state = (k - 1) * 3 * heads * hd // tp * 2 + heads // tp * hd * hd * 4
+    row = (KL48["kv_lora_rank"] + KL48["qk_rope_head_dim"]) * 2
+    out = kvjson("size", kl48, "--ctx", str(ctx), "--batch", str(batch), "--tp", str(tp), "--engine", "sglang")
+    assert out["kv_bytes"] == 20 * batch * state + 7 * (batch * ctx + 1) * row
+    assert out["kv_bytes_per_token"] == 7 * row
+
+
+def test_kimi_linear_48b_other_engines_refuse_only_what_they_lack(kl48):
+    """hf and SGLang run Kimi-Linear (not Kimi-K3); their older rule sets predate the model code."""
+    for engine in ("hf@4.57", "sglang@0.4"):
+        r = run_cli("size", kl48, "--ctx", "4k", "--engine", engine)
+        assert r.code == 2 and r.err.count("\n") == 1 and "Kimi" in r.err, r.err
