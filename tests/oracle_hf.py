@@ -235,6 +235,9 @@ def hf_param_counts(config: dict, dtype="float16") -> dict:
     except Exception:
         pass
     buffers = sum(b.numel() for _, b in model.named_buffers())
+    # persistent buffers are saved with the weights (state_dict), e.g. the routers' e_score_correction_bias
+    persistent = sum(b.numel() for mod in model.modules() for n, b in mod._buffers.items()
+                     if b is not None and n not in mod._non_persistent_buffers_set)
     mtp_built_in_class = mtp > 0
     mtp_cfg_layers = getattr(cfg.get_text_config(decoder=True), "num_mtp_layers", None)
     mtp_extra = mtp_error = None
@@ -251,6 +254,7 @@ def hf_param_counts(config: dict, dtype="float16") -> dict:
         "tie_word_embeddings_cfg": tie_flag,
         "shared_params": shared,
         "buffers_numel": buffers,
+        "persistent_buffers_numel": persistent,
         "vision_params": vision,
         "encoder_params": encoder,
         # MTP: transformers 5.23 never builds MTP layers inside *ForCausalLM; they live in a

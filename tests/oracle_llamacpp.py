@@ -422,6 +422,49 @@ def t_llama4(m: Model) -> list:
     return out
 
 
+def t_kimi(m: Model) -> list:
+    """kimi-linear and kimi-k3 (src/models/kimi-linear.cpp, kimi-k3.cpp load_arch_tensors): KDA layers where
+    head_count_kv is 0 (q/k/v convolutions over n_head x kda.head_dim, decay and output gates, per-head A, per-channel
+    dt bias), the MLA block of deepseek2 on the others (q_a/q_b when q_lora_rank is set), MoE after the leading
+    dense blocks. kimi-k3: a full-rank ssm_g instead of ssm_g_a/ssm_g_b, a 1-D ssm_a, the MLA output gate and the
+    attention-residual score vectors."""
+    e, ff, h = m.hp["embedding_length"], m.hp["feed_forward_length"], m.hp["attention.head_count"]
+    dim, conv = m.hp["kda.head_dim"], m.hp["ssm.conv_kernel"]
+    rope, rank, qr = m.hp["rope.dimension_count"], m.hp["attention.kv_lora_rank"], m.hp.get("attention.q_lora_rank")
+    k_mla, v_mla = m.hp["attention.key_length_mla"], m.hp["attention.value_length_mla"]
+    nx, fx, ns = m.hp["expert_count"], m.hp["expert_feed_forward_length"], m.hp["expert_shared_count"]
+    k3, inner = m.arch == "kimi-k3", h * dim
+    out = _embd_out(m) + ([("output_res_score.weight", (e,))] if k3 else [])
+    for i in range(m.hp["block_count"]):
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", (e,)), (b + "ffn_norm.weight", (e,))]
+        if k3:
+            out += [(b + "attn_res_score.weight", (e,)), (b + "ffn_res_score.weight", (e,))]
+        if m.per_layer("attention.head_count_kv")[i] == 0:
+            out += [(b + f"ssm_conv1d_{x}.weight", (conv, 1, inner)) for x in "qkv"]
+            out += [*_qkv(i, e, inner, inner, inner), (b + "ssm_f_a.weight", (e, dim)),
+                    (b + "ssm_f_b.weight", (dim, inner)), (b + "ssm_beta.weight", (e, h)),
+                    (b + "ssm_a", (h,) if k3 else (1, h)), (b + "ssm_dt.bias", (inner,)),
+                    (b + "ssm_norm.weight", (dim,)), (b + "attn_output.weight", (inner, e))]
+            out += ([(b + "ssm_g.weight", (e, inner))] if k3 else
+                    [(b + "ssm_g_a.weight", (e, dim)), (b + "ssm_g_b.weight", (dim, inner))])
+        else:
+            out += [(b + "attn_kv_a_norm.weight", (rank,)), (b + "attn_kv_a_mqa.weight", (e, rank + rope)),
+                    (b + "attn_k_b.weight", (k_mla - rope, rank, h)), (b + "attn_v_b.weight", (rank, v_mla, h)),
+                    (b + "attn_output.weight", (h * v_mla, e))]
+            out += ([(b + "attn_q_a_norm.weight", (qr,)), (b + "attn_q_a.weight", (e, qr)),
+                     (b + "attn_q_b.weight", (qr, h * k_mla))] if qr else [(b + "attn_q.weight", (e, h * k_mla))])
+            out += [(b + "attn_gate.weight", (e, h * v_mla))] if k3 else []
+        if i < m.hp.get("leading_dense_block_count", 0):
+            out += _mlp(i, e, ff)
+        else:
+            out += [(b + "ffn_gate_inp.weight", (e, nx)), (b + "exp_probs_b.bias", (nx,)),
+                    (b + "ffn_gate_exps.weight", (e, fx, nx)), (b + "ffn_down_exps.weight", (fx, e, nx)),
+                    (b + "ffn_up_exps.weight", (e, fx, nx)), (b + "ffn_gate_shexp.weight", (e, fx * ns)),
+                    (b + "ffn_down_shexp.weight", (fx * ns, e)), (b + "ffn_up_shexp.weight", (e, fx * ns))]
+    return out
+
+
 def _m(name: str, arch: str, scales: str, tensors: Callable, **hp: Any) -> Model:
     base = {"context_length": 131072, "attention.layer_norm_rms_epsilon": 1e-6}
     base.update({k.replace("__", "."): v for k, v in hp.items()})
@@ -571,6 +614,25 @@ MODELS: dict[str, Model] = {m.name: m for m in (
        attention__recurrent_layers=[True, True, False, True, True, False, True, False], ssm__conv_kernel=4,
        ssm__inner_size=512, ssm__state_size=128, ssm__time_step_rank=4, ssm__group_count=2, expert_count=4,
        expert_used_count=2, expert_feed_forward_length=32, expert_shared_feed_forward_length=32),
+    # Kimi-Linear-48B-A3B: KDA 32 heads x 128 (conv 4) on the layers with head_count_kv 0, MLA (latent 512 + 64,
+    # one kv head, key_length 576 as the converter writes it) on the others; 6 of 27 layers, the last one MLA as in
+    # the real model (full_attn_layers 4, 8, ..., 24, 27); no q_lora_rank (Kimi-Linear projects q directly)
+    _m("kimi-linear", "kimi-linear", "Kimi-Linear-48B-A3B (KDA 32 x 128 : MLA 512 + 64)", t_kimi, block_count=6,
+       embedding_length=64, feed_forward_length=64, attention__head_count=32,
+       attention__head_count_kv=[0, 0, 0, 1, 0, 1], attention__key_length=576, attention__key_length_mla=192,
+       attention__value_length_mla=128, attention__kv_lora_rank=512, rope__dimension_count=64,
+       ssm__conv_kernel=4, kda__head_dim=128, leading_dense_block_count=1, expert_count=4, expert_used_count=2,
+       expert_shared_count=1, expert_feed_forward_length=32, expert_gating_func=2),
+    # Kimi-K3: KDA 96 heads x 128 (full-rank gate), MLA with q_lora_rank and an output gate, attention residuals;
+    # 4 of 93 layers (3 KDA, 1 MLA); latent MoE and situ keep their defaults off (no cache effect)
+    _m("kimi-k3", "kimi-k3", "Kimi-K3 (KDA 96 x 128 : MLA 512 + 64)", t_kimi, block_count=4, embedding_length=64,
+       feed_forward_length=64, attention__head_count=96, attention__head_count_kv=[0, 0, 0, 1],
+       attention__key_length=576, attention__value_length=512, attention__key_length_mla=192,
+       attention__value_length_mla=128, attention__kv_lora_rank=512, attention__q_lora_rank=32,
+       rope__dimension_count=64, ssm__conv_kernel=4, kda__head_dim=128, kda__gate_lower_bound=-5.0,
+       leading_dense_block_count=1, expert_count=4, expert_used_count=2, expert_shared_count=2,
+       expert_feed_forward_length=32, expert_gating_func=2, attn_res__block_size=2, activation__situ_beta=4.0,
+       activation__situ_linear_beta=25.0),
     # Qwen3.5 (dense): the same DeltaNet / gated-attention 3:1 layout, dense MLP, M-RoPE sections
     _m("qwen35", "qwen35", "Qwen3.5-9B (3 DeltaNet : 1 attention, 4 kv x 256)", t_qwen3next, block_count=8,
        embedding_length=64, feed_forward_length=64, attention__head_count=8, attention__head_count_kv=4,
@@ -720,6 +782,13 @@ CASES: list[Case] = [
     Case("qwen3next-rl-c4096", "qwen3next-rl", 4096),
     Case("qwen35-c4096", "qwen35", 4096),
     Case("qwen35-np4-c2000-kvu", "qwen35", 2000, batch=4, kvu=True),
+    # Kimi Delta Attention r/s rows (f32, 3 x (conv - 1) x heads x head_dim and head_dim^2 x heads) beside the
+    # V-less MLA latent
+    Case("kimi-linear-c4096", "kimi-linear", 4096),
+    Case("kimi-linear-np2-c1000", "kimi-linear", 1000, batch=2),
+    Case("kimi-linear-np4-c2000-kvu", "kimi-linear", 2000, batch=4, kvu=True),
+    Case("kimi-k3-c4096", "kimi-k3", 4096),
+    Case("kimi-k3-np2-c1500", "kimi-k3", 1500, batch=2),
 ]
 CASE_BY_ID = {c.id: c for c in CASES}
 assert len(CASE_BY_ID) == len(CASES)

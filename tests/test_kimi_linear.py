@@ -84,7 +84,7 @@ def test_kda_heads_must_divide_by_tp():
     assert r.code == 2 and r.err.count("\n") == 1
 
 
-@pytest.mark.parametrize("engine", ["sglang", "hf", "llamacpp", "trtllm", "vllm@0.24"])
+@pytest.mark.parametrize("engine", ["sglang", "hf", "trtllm", "vllm@0.24"])
 def test_engines_not_read_refuse_in_one_line(engine):
     r = run_cli("size", K3, "--ctx", "4k", "--engine", engine)
     assert r.code == 2 and r.err.count("\n") == 1 and ("Kimi" in r.err or "KDA" in r.err), r.err
@@ -139,3 +139,41 @@ def test_wild_log_2x3090_tp2_reproduces(kl48, budget, concurrency):
     assert r["kv_capacity_tokens"] == 75_840 and r["concurrency"] == concurrency
     assert r["engine_details"]["block_size"] == 960 and r["engine_details"]["bytes_per_block"] == 7 * 960 * 1152
     assert any("1 padding layer slot(s)" in a for a in r["assumptions"])
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_llamacpp_kda_rows_and_v_less_latent(batch):
+    """llama.cpp (src/llama-hparams.cpp n_embd_r / n_embd_s, llama-memory-recurrent.cpp, llama-kv-cache.cpp): each
+    KDA layer keeps f32 rows r = 3 x (kernel - 1) x heads x head_dim and s = head_dim^2 x heads for max(1, n_seq)
+    sequences; each MLA layer one f16 K row of kv_lora_rank + rope per cell and no V (is_mla). Kimi-K3 at -np B
+    -c B x 4096: B streams of 4096 cells. (tests/test_engine_llamacpp.py checks scaled GGUFs against llama.cpp.)"""
+    text, ctx = k3_text(), 4096
+    lac = text["linear_attn_config"]
+    heads, hd, k = lac["num_heads"], lac["head_dim"], lac["short_conv_kernel_size"]
+    state = 4 * (3 * (k - 1) * heads * hd + hd * hd * heads)
+    row = 2 * (text["kv_lora_rank"] + text["qk_rope_head_dim"])
+    out = kvjson("size", K3, "--ctx", str(ctx), "--batch", str(batch), "--engine", "llamacpp")
+    assert out["kv_bytes"] == batch * (69 * state + 24 * ctx * row)
+    assert out["kv_bytes_per_token"] == 24 * row
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_sglang_state_slots_and_mla_pool(kl48, tp):
+    """SGLang 0.5.10: KimiLinearStateShape gives each request conv (kernel - 1, 3 x heads x head_dim / tp) in bf16
+    (SGLANG_MAMBA_CONV_DTYPE) and temporal (heads / tp, head_dim, head_dim) in fp32 per KDA layer; the MLA layers
+    hold HybridLinearKVPool's MLATokenToKVPool rows of kv_lora_rank + rope (not split by TP), size + one page."""
+    ctx, batch = 4096, 3
+    lac = KL48["linear_attn_config"]
+    heads, hd, k = lac["num_heads"], lac["head_dim"], lac["short_conv_kernel_size"]
+    state = (k - 1) * 3 * heads * hd // tp * 2 + heads // tp * hd * hd * 4
+    row = (KL48["kv_lora_rank"] + KL48["qk_rope_head_dim"]) * 2
+    out = kvjson("size", kl48, "--ctx", str(ctx), "--batch", str(batch), "--tp", str(tp), "--engine", "sglang")
+    assert out["kv_bytes"] == 20 * batch * state + 7 * (batch * ctx + 1) * row
+    assert out["kv_bytes_per_token"] == 7 * row
+
+
+def test_kimi_linear_48b_other_engines_refuse_only_what_they_lack(kl48):
+    """hf and SGLang run Kimi-Linear (not Kimi-K3); their older rule sets predate the model code."""
+    for engine in ("hf@4.57", "sglang@0.4"):
+        r = run_cli("size", kl48, "--ctx", "4k", "--engine", engine)
+        assert r.code == 2 and r.err.count("\n") == 1 and "Kimi" in r.err, r.err

@@ -96,3 +96,54 @@ def test_gemma3n_kv_shared_layers_and_params(tmp_path):
         plan = size(ModelOptions(str(path)), EngineOptions(engine=engine), 4096).plan
         assert all(g.bytes == 0 for g in plan.groups if g.kind == "shared")
         assert sum(len(g.layer_ids) for g in plan.groups if g.bytes) == 20
+
+
+# ---------------------------------------------------------------------------------------------- Kimi Linear
+def _k3_as_kimi_linear() -> dict:
+    """Kimi-K3's text_config scaled down to what transformers' KimiLinear class can build: every field that shapes
+    the cache kept (93 layers with K3's 1-based full_attn_layers / kda_layers, 96 KDA heads x 128, conv kernel 4,
+    kv_lora_rank 512 + rope 64, q_lora_rank 1536), widths and experts shrunk (the vocabulary kept: pad_token_id
+    163839 must index it), 'situ' -> 'silu' (ACT2FN has no
+    'situ'), and the K3-only fields the class ignores dropped (full-rank gate, MLA output gate, latent MoE,
+    attention residuals, the MXFP4 quantization_config)."""
+    from test_kimi_linear import k3_text
+
+    t = k3_text()
+    for key in ("attn_res_block_size", "routed_expert_hidden_size", "latent_moe_use_norm", "mla_use_output_gate",
+                "quantization_config", "auto_map"):
+        t.pop(key, None)
+    t["linear_attn_config"] = {k: v for k, v in t["linear_attn_config"].items() if k != "use_full_rank_gate"}
+    t.update(hidden_act="silu", hidden_size=256, intermediate_size=256, moe_intermediate_size=64, num_experts=8,
+             num_experts_per_token=2)
+    return t
+
+
+def _kimi_configs():
+    from test_kimi_linear import KL48
+
+    return [pytest.param(KL48, id="kimi-linear-48b"), pytest.param(_k3_as_kimi_linear(), id="kimi-k3-text-scaled")]
+
+
+@pytest.mark.parametrize("config", _kimi_configs())
+def test_kimi_linear_hf_cache_equals_a_real_forward(config, tmp_path):
+    """KimiLinearForCausalLM on meta, one forward of [2, ctx]: the DynamicCache's LinearAttentionLayer conv
+    [2, 3 x heads x head_dim, kernel] fp16 + recurrent [2, heads, head_dim, head_dim] fp32 on the KDA layers, the
+    latent [2, 1, ctx, 512] + [2, 1, ctx, 64] fp16 on the MLA layers; kvplan's hf plan must hold the same bytes."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    for ctx in (SHORT_CTX, 300):
+        truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
+        r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
+        assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"
+
+
+@pytest.mark.parametrize("config", _kimi_configs())
+def test_kimi_linear_params_are_the_checkpoint_tensors(config, tmp_path):
+    """kvplan counts what the checkpoint holds: transformers' parameters plus its persistent buffers (the MoE
+    routers' e_score_correction_bias, saved in state_dict; 256 x 26 = 6,656 values for the 48B model, whose
+    parameters then total the checkpoint listing's 49,122,681,728)."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    truth = oracle.hf_param_counts(config)
+    ours = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec.params
+    assert ours == truth["params"] + truth["persistent_buffers_numel"]

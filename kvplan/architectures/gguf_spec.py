@@ -21,6 +21,9 @@ src/models/<arch>.cpp `load_arch_hparams`), src/llama-hparams.cpp `set_swa_patte
   `.attention.recurrent_layers` array (one flag per layer) when the file has it, else where
   (il + 1) % full_attention_interval != 0 (default 4). State sizes from the `.ssm.*` keys, as llama.cpp sizes
   its r/s rows: r = (conv_kernel - 1) x (inner_size + 2 x group_count x state_size), s = state_size x inner_size.
+* Kimi Linear / Kimi-K3 (kimi-linear, kimi-k3): head_count_kv(il) == 0 marks a KDA layer, whose r/s rows are
+  r = 3 x (conv_kernel - 1) x head_count x kda.head_dim and s = kda.head_dim^2 x head_count (KimiDeltaState); the
+  others are MLA layers read as deepseek2's (the converters write head_count_kv 1 and key_length 576).
 * MLA (deepseek2): llama.cpp's `is_mla` is `.attention.key_length_mla` and `.value_length_mla` both present; the
   cache then holds key_length x head_count_kv (576 = kv_lora_rank + rope) per layer. Without them (GGUFs
   converted before MLA) llama.cpp caches plain K/V with the file's head counts and lengths.
@@ -44,6 +47,7 @@ from kvplan.spec import (
     ChunkedLocal,
     FullAttention,
     IndexerKeys,
+    KimiDeltaState,
     LatentAttention,
     LayerCache,
     LinearAttentionState,
@@ -68,7 +72,7 @@ class Arch:
     swa_fixed_window: bool = False  # llama.cpp sets n_swa itself, ignoring the file's value (llama4 chunk 8192)
     ignores_swa: bool = False  # llama.cpp turns SWA off although the file has a window (phi3)
     recurrent: str = "none"  # none | all | kv0 | kv0_ff0 | interval
-    state: str = ""  # mamba1 | mamba2 | gdn (gated delta net, qwen3next)
+    state: str = ""  # mamba1 | mamba2 | gdn (gated delta net, qwen3next) | kda | kda-k3 (Kimi Delta Attention)
     attends_too: bool = False  # recurrent layers attend as well (falcon-h1: parallel hybrid)
     mla: bool = False  # deepseek2: latent cache when the *_mla keys are present
     dsa: str = ""  # DeepSeek sparse attention: "all" (deepseek32) or "types" (glm-dsa: indexer.types / defaults)
@@ -110,13 +114,16 @@ ARCHS: dict[str, Arch] = {
     "qwen3next": Arch("qwen3-next", recurrent="interval", state="gdn"),
     "qwen35": Arch("qwen3-next", recurrent="interval", state="gdn"),
     "qwen35moe": Arch("qwen3-next", recurrent="interval", state="gdn"),
+    # Kimi Linear / Kimi-K3: head_count_kv 0 marks a KDA layer, the others are MLA served as one latent head
+    "kimi-linear": Arch("kimi-linear", recurrent="kv0", state="kda", mla=True),
+    "kimi-k3": Arch("kimi-linear", recurrent="kv0", state="kda-k3", mla=True),
 }
 
 # Read generically these would be sized wrong (other recurrent states, shared KV, encoder-decoders, encoders).
 NOT_MODELLED = {
     "rwkv6": "RWKV-6 recurrent state", "rwkv6qwen2": "RWKV-6 recurrent state", "rwkv7": "RWKV-7 recurrent state",
     "arwkv7": "RWKV-7 recurrent state", "lfm2": "LFM2 short-convolution state", "lfm2moe": "LFM2 short-convolution state",
-    "plamo2": "PLaMo-2 hybrid state", "kimi-linear": "Kimi linear-attention state", "gemma3n": "Gemma-3n shared KV layers",
+    "plamo2": "PLaMo-2 hybrid state", "gemma3n": "Gemma-3n shared KV layers",
     "gemma4": "Gemma-4 shared KV layers", "t5": "an encoder-decoder", "t5encoder": "an encoder",
     "bert": "an encoder", "nomic-bert": "an encoder", "nomic-bert-moe": "an encoder", "jina-bert-v2": "an encoder",
     "jina-bert-v3": "an encoder", "modern-bert": "an encoder", "neo-bert": "an encoder", "eurobert": "an encoder",
@@ -244,7 +251,22 @@ def _recurrent_layers(k: _Keys, a: Arch, n: int, kv: list[int]) -> list[bool]:
     return [False] * n
 
 
-def _state(k: _Keys, a: Arch) -> LayerCache:
+def _kda(k: _Keys, a: Arch, n_head: int) -> KimiDeltaState:
+    """kimi-linear / kimi-k3 (src/models/kimi-*.cpp load_arch_hparams, src/llama-hparams.cpp n_embd_r / n_embd_s):
+    q, k and v convolutions over n_head() x kda.head_dim channels each, one head_dim x head_dim matrix per head;
+    n_head() is the attention head count of layer 0 (the converters write num_attention_heads there)."""
+    conv, dim = k.int("ssm.conv_kernel"), k.int("kda.head_dim")
+    k.check(f"a '{k.arch}' model")
+    if not n_head or not dim:
+        raise ConfigError(f"{k.h.source}: {k.arch}.attention.head_count and kda.head_dim must be above 0 for KDA layers")
+    bound = k.get("kda.gate_lower_bound")
+    return KimiDeltaState(3 * n_head * dim, conv, n_head, dim, dim, full_rank_gate=a.state == "kda-k3",
+                          gate_lower_bound=float(bound) if isinstance(bound, (int, float)) else None)
+
+
+def _state(k: _Keys, a: Arch, n_head: int) -> LayerCache:
+    if a.state in ("kda", "kda-k3"):
+        return _kda(k, a, n_head)
     conv, inner, state = k.int("ssm.conv_kernel"), k.int("ssm.inner_size"), k.int("ssm.state_size")
     if a.state == "mamba1":
         k.check(f"a '{k.arch}' model")
@@ -309,7 +331,7 @@ def _caches(k: _Keys, a: Arch, n: int) -> tuple[list[tuple[int, LayerCache]], li
                           "for layers with key/value heads")
     swa, window, notes = _swa_layers(k, a, n)
     recurrent = _recurrent_layers(k, a, n, kv)
-    state = _state(k, a) if any(recurrent) else None
+    state = _state(k, a, heads[0] if heads else 0) if any(recurrent) else None
     nextn = k.int("nextn_predict_layers", 0)
     if nextn:
         notes.append(f"the last {nextn} block(s) are multi-token-prediction layers: llama.cpp gives them no KV cache "

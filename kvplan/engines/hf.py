@@ -126,6 +126,28 @@ class StateLayer:
         return "state"
 
 
+@dataclass(frozen=True)
+class KimiStateLayer(StateLayer):
+    """Kimi Delta Attention (models/kimi_linear KimiLinearDeltaAttention): one conv window over q, k and v together
+    [batch, 3 x heads x head_dim, kernel] in the compute dtype (cache.update_conv_state keeps the last kernel
+    columns) and the recurrent [batch, heads, head_dim, head_dim] cast to fp32 (update_recurrent_state(
+    last_recurrent_state.to(torch.float32))): StateLayer's shapes; its MLA layers cache the latent (LatentLayer).
+    The native class is newer than 5.15.1 (before it Kimi Linear ran as Hub remote code kvplan has not read), and it
+    has no Kimi-K3 layer: K3 is model_type kimi_k3, remote code only (modeling_kimi_k3), and the KimiLinear class
+    builds neither K3's full-rank gate nor its 'situ' activation."""
+
+    def tensors(self, c: KimiDeltaState, ctx: int, batch: int, p: "Prepared") -> list:
+        if c.full_rank_gate:
+            raise layout.UnsupportedKind("transformers has no Kimi-K3 model code (model_type kimi_k3 is Hub remote "
+                                         "code, and its KimiLinear class builds no full-rank KDA gate or 'situ' "
+                                         "activation); kvplan has not read that remote code")
+        if not p.selected.rules.mla_latent:
+            raise layout.UnsupportedKind(f"{p.selected.label} has no Kimi Linear model code (transformers' "
+                                         "models/kimi_linear is newer than 5.15.1; before it Kimi Linear ran as Hub "
+                                         "remote code); --engine hf (the newest rules) plans it")
+        return super().tensors(c, ctx, batch, p)
+
+
 KIND_RULES: dict[type, Any] = {
     FullAttention: KVLayer(),
     WindowBeyondContext: KVLayer(),  # a window beyond the context is full attention here
@@ -137,8 +159,7 @@ KIND_RULES: dict[type, Any] = {
     IndexerKeys: IndexerLayer(),
     MambaState: StateLayer("ssm_states"),
     LinearAttentionState: StateLayer("recurrent_states"),
-    KimiDeltaState: layout.NotModelled("transformers 5.24 runs Kimi Linear (models/kimi_linear) but kvplan has not "
-                                       "read its KDA cache layout yet"),
+    KimiDeltaState: KimiStateLayer("recurrent_states"),
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
     **layout.DEEPSEEK_V4_NOT_MODELLED,

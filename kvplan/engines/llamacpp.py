@@ -161,7 +161,10 @@ class ZeroHeadCells(KVCells):
 
 @dataclass(frozen=True)
 class RecurrentRows:
-    """llama_memory_recurrent: r (conv) and s (SSM) rows in f32 for max(1, n_seq) sequences."""
+    """llama_memory_recurrent: r (conv) and s (SSM) rows in f32 for max(1, n_seq) sequences. r is (kernel - 1) x
+    conv_dim and s the recurrent matrix: for Kimi Delta Attention (kimi-linear, kimi-k3) that is llama_hparams
+    n_embd_r() = 3 x (ssm_d_conv - 1) x n_head x n_embd_head_kda and n_embd_s() = n_embd_head_kda^2 x n_head
+    (src/llama-hparams.cpp), which KimiDeltaState's conv_dim and (heads, head_dim, head_dim) give."""
 
     def layer(self, c: RecurrentState, cl: Cells, batch: int, p: "Prepared") -> tuple[list, int]:
         mem, st = max(1, batch), p.kvd.state or F32
@@ -189,8 +192,7 @@ KIND_RULES: dict[type, Any] = {
     IndexerKeys: IndexerCells(),
     MambaState: RecurrentRows(),
     LinearAttentionState: RecurrentRows(),
-    KimiDeltaState: layout.NotModelled("llama.cpp runs Kimi Linear (LLM_ARCH_KIMI_LINEAR) but kvplan has not read "
-                                       "its recurrent-state rows for KDA yet"),
+    KimiDeltaState: RecurrentRows(),  # n_embd_r = 3 x (d_conv - 1) x n_head x head_dim, n_embd_s = head_dim^2 x n_head
     SharedKV: layout.NO_CACHE,
     NoCache: ZeroHeadCells(),
     **layout.DEEPSEEK_V4_NOT_MODELLED,

@@ -16,6 +16,7 @@ from kvplan.engines import base, layout
 from kvplan.engines.base import EngineInfo, KVDtypes, PlanGroup, tensor
 from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select
+from kvplan.errors import InputError
 from kvplan.parallel import heads_floor, pad_to
 from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
                          KimiDeltaState, LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState,
@@ -29,9 +30,12 @@ class Rules:
     # (kv_cache_configurator.py calculate_mla_kv_cache_dim, 0.5.23); earlier 0.5 builds stored the 656-byte
     # scaled record there too (an 8x B200 DeepSeek-V3.2 log of 2025-10: 788 B per layer)
     dsa_blackwell_plain_fp8: bool = False
+    # Kimi Linear (srt/models/kimi_linear.py, configs/kimi_linear.py) is a 0.5 model; the 0.4 rule set predates it
+    kda: bool = True
 
 
-VERSIONS = [("0.4", Rules(False)), ("0.5", Rules(True)), ("0.5.23", Rules(True, dsa_blackwell_plain_fp8=True))]
+VERSIONS = [("0.4", Rules(False, kda=False)), ("0.5", Rules(True)),
+            ("0.5.23", Rules(True, dsa_blackwell_plain_fp8=True))]
 DSA_PAGE = 64  # arg_groups/model_overrides/deepseek_v2.py: DSA models run with page_size 64 (even over --page-size)
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2")  # cache dtypes this engine can store
 LISTED = LISTINGS["sglang"]
@@ -165,6 +169,27 @@ class StateSlots:
                          sum(t.total_bytes for t in tensors), 0, tensors, c.describe())
 
 
+@dataclass(frozen=True)
+class KdaSlots(StateSlots):
+    """Kimi Delta Attention in MambaPool (configs/mamba_utils.py KimiLinearStateShape, 0.5.10): conv (kernel - 1,
+    3 x heads x head_dim / tp) and temporal (heads / tp, head_dim, head_dim) per request, in
+    KimiLinearCacheParams' default dtypes (mamba2_state_dtype(None): conv SGLANG_MAMBA_CONV_DTYPE = bfloat16,
+    temporal fp32) - StateSlots' shapes. The MLA layers join HybridLinearKVPool's MLATokenToKVPool (LatentPool).
+    SGLang has no Kimi-K3 model (no KimiK3ForConditionalGeneration; its KimiLinear layer has no full-rank gate)."""
+
+    def group(self, c: KimiDeltaState, layers: list[int], ctx: int, batch: int, p: "Prepared") -> PlanGroup:
+        if c.full_rank_gate:
+            raise layout.UnsupportedKind("SGLang (0.5.10) has no Kimi-K3 model: no KimiK3ForConditionalGeneration, "
+                                         "and its Kimi Linear layer builds no full-rank KDA gate")
+        if not p.selected.rules.kda:
+            raise layout.UnsupportedKind(f"{p.selected.label} predates SGLang's Kimi Linear model "
+                                         "(srt/models/kimi_linear.py); --engine sglang@0.5 or later plans it")
+        if c.num_v_heads % p.tp:
+            raise InputError(f"--tp {p.tp} does not divide the model's {c.num_v_heads} KDA heads (SGLang's "
+                             "KimiLinearStateShape divides them by the attention TP size)")
+        return super().group(c, layers, ctx, batch, p)
+
+
 KIND_RULES: dict[type, Any] = {
     FullAttention: TokenPool("full"),
     WindowBeyondContext: TokenPool("full"),  # a window beyond the context is full attention here
@@ -176,8 +201,7 @@ KIND_RULES: dict[type, Any] = {
     IndexerKeys: IndexKeyPool("full"),
     MambaState: StateSlots(),
     LinearAttentionState: StateSlots(),
-    KimiDeltaState: layout.NotModelled("SGLang runs Kimi Linear (srt/models/kimi_linear.py, its hybrid "
-                                       "linear-attention pool) but kvplan has not read how it sizes the KDA state yet"),
+    KimiDeltaState: KdaSlots(),
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
     **layout.DEEPSEEK_V4_NOT_MODELLED,

@@ -144,8 +144,9 @@ KIND_RULES: dict[type, Any] = {
     IndexerKeys: IndexerBlockPool(),
     MambaState: StateBuffers(),
     LinearAttentionState: StateBuffers(),
-    KimiDeltaState: layout.NotModelled("kvplan has not read a TensorRT-LLM layout for Kimi Delta "
-                                       "Attention"),
+    KimiDeltaState: layout.NotModelled("TensorRT-LLM runs Kimi-K3 (examples/kimi_k3: KVCacheManagerV2, or the V1 "
+                                       "MixedMambaHybridCacheManager) but kvplan has not read how it pools the Kimi "
+                                       "Delta Attention state"),
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
     **layout.DEEPSEEK_V4_NOT_MODELLED,
