@@ -27,9 +27,10 @@ from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKey
 @dataclass(frozen=True)
 class Rules:
     mla_latent: bool  # >= 5.15 caches the MLA latent (kv_nope 512 as "keys", k_rot 64 as "values")
+    kimi_linear: bool = True  # native models/kimi_linear (newer than 5.15.1; before it, Hub remote code only)
 
 
-VERSIONS = [("4.57", Rules(False)), ("5.15", Rules(True))]
+VERSIONS = [("4.57", Rules(False, kimi_linear=False)), ("5.15", Rules(True))]
 KV_DTYPES = ("fp16", "bf16", "fp32")  # cache dtypes this engine can store
 LISTED = LISTINGS["hf"]
 KNOBS = LISTED.knobs
@@ -141,7 +142,7 @@ class KimiStateLayer(StateLayer):
             raise layout.UnsupportedKind("transformers has no Kimi-K3 model code (model_type kimi_k3 is Hub remote "
                                          "code, and its KimiLinear class builds no full-rank KDA gate or 'situ' "
                                          "activation); kvplan has not read that remote code")
-        if not p.selected.rules.mla_latent:
+        if not p.selected.rules.kimi_linear:
             raise layout.UnsupportedKind(f"{p.selected.label} has no Kimi Linear model code (transformers' "
                                          "models/kimi_linear is newer than 5.15.1; before it Kimi Linear ran as Hub "
                                          "remote code); --engine hf (the newest rules) plans it")
