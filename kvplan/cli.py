@@ -148,7 +148,7 @@ def _knob(flags: str, help: str):
 
 BlockSize = Annotated[Optional[str], _knob("--block-size", "vllm: tokens per KV block")]
 MaxBatchedTokens = Annotated[Optional[str], _knob("--max-num-batched-tokens", "vllm: chunked-prefill budget (sliding-window reservation)")]
-AsyncSched = Annotated[Optional[bool], _knob("--async-scheduling/--no-async-scheduling", "vllm: async scheduling (0.33 default on)")]
+AsyncSched = Annotated[Optional[bool], _knob("--async-scheduling/--no-async-scheduling", "vllm: async scheduling (on by default; from 0.32 windows reserve 2 batches in flight)")]
 DisableHybrid = Annotated[Optional[bool], _knob("--disable-hybrid-kv-cache-manager", "vllm: size every layer for the full length")]
 PrefixCaching = Annotated[Optional[bool], _knob("--enable-prefix-caching/--no-enable-prefix-caching", "vllm: prefix caching (default on; hybrids keep 2-3 state pages per request)")]
 MambaSsmDtype = Annotated[Optional[str], _knob("--mamba-ssm-cache-dtype", "vllm: SSM/recurrent state dtype: auto (the conv state's; NemotronH fp32, Qwen3.5 its config's), fp32, bf16, fp16")]

