@@ -14,7 +14,6 @@ The file is YAML, one entry per key (a new save replaces the entry of the same k
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
@@ -174,11 +173,15 @@ def key_for(setup: Any, gpu_name: str) -> Key:
 def model_shape(spec: Any) -> str:
     """A fingerprint of what the non-KV memory depends on in the model: two configs with the same architecture,
     layers, widths, caches and parameter count (a base model and its instruct tune) share it."""
+    import hashlib  # here: OpenSSL's import is 3 ms of every `fit`, which needs it only with calibrations saved
+
     text = repr((spec.architecture, spec.num_layers, spec.widths, spec.params, spec.caches, spec.quantization))
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def sha256_text(text: str) -> str:
+    import hashlib
+
     return hashlib.sha256(text.encode("utf-8", errors="replace")).hexdigest()
 
 

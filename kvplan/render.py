@@ -219,7 +219,7 @@ def size_view(r: Any) -> Group:
     if split:
         totals.add_row("KV, all GPUs", bytes_cell(p.kv_bytes_all_gpus))
 
-    parts: list[Any] = [Panel(head, title="kvplan size", title_align="left"), groups, totals]
+    parts: list[Any] = [Panel(head, title=Text("kvplan size"), title_align="left"), groups, totals]
     for block in (_notes("warnings", r.warnings, "yellow"), _notes("assumptions", r.assumptions, "dim")):
         if block is not None:
             parts.append(block)
@@ -287,7 +287,7 @@ def fit_one_view(report: Any) -> Group:
     for what, value in r.budgets[0].parts:
         budget.add_row(what, f"{value:+,} B" if value < 0 else f"{value:,} B")
     budget.add_row("[bold]KV budget[/bold]", f"[bold]{r.budgets[0].kv_bytes:,} B[/bold]")
-    parts: list[Any] = [Panel(head, title="kvplan fit", title_align="left"), budget]
+    parts: list[Any] = [Panel(head, title=Text("kvplan fit"), title_align="left"), budget]
     if r.frontier and r.weights_fit:
         parts.append(frontier_chart(r.frontier))
     basis = (f"likely range: {r.kv_budget_range_basis}",) if r.kv_budget_range_basis else ()
@@ -539,7 +539,7 @@ def verify_view(r: Any) -> Group:
         totals.add_row("RSS growth", (esc(x.error) if x.error else bytes_cell(x.measured_bytes))
                        + f"  [dim]({fmt_int(x.tensors)} tensors >= 1 MiB, {fmt_int(x.expected_bytes)} B touched, "
                          f"tolerance {fmt_int(x.tolerance_bytes)} B)[/dim]")
-    parts: list[Any] = [Panel(head, title="kvplan verify", title_align="left"), groups, totals]
+    parts: list[Any] = [Panel(head, title=Text("kvplan verify"), title_align="left"), groups, totals]
 
     if r.fit is not None:
         f = r.fit
@@ -610,7 +610,7 @@ def local_gpus_view(devices: list[dict[str, Any]]) -> Group:
                                        f"{' estimated' if d['match_estimated'] else ''}, local {diff:+,} B)[/dim]")
         else:
             t.add_row("catalog entry", "[yellow]none matches[/yellow]: add the entry below to kvplan/data/gpus.yaml")
-        parts.append(Panel(t, title=f"local GPU {d['index']}", title_align="left"))
+        parts.append(Panel(t, title=Text(f"local GPU {d['index']}"), title_align="left"))
         parts.append(Text(yaml.safe_dump([d["catalog_entry"]], sort_keys=False, width=100).rstrip()))
     return Group(*parts)
 
@@ -637,7 +637,7 @@ def engine_run_view(r: Any) -> Group:
         t.add_row(row.what, fmt(row.engine), fmt(row.kvplan), verdict)
     line = Text(("PASS" if r.passed else "FAIL") + f" {r.engine} vs kvplan {r.kvplan_engine}",
                 style="bold green" if r.passed else "bold red")
-    parts: list[Any] = [Panel(head, title="kvplan verify --run", title_align="left"), t, line]
+    parts: list[Any] = [Panel(head, title=Text("kvplan verify --run"), title_align="left"), t, line]
     if r.notes:
         parts.append(Text("notes", style="bold"))
         parts.extend(Text(f"  • {n}") for n in r.notes)
@@ -691,7 +691,7 @@ def plan_view(p: Any) -> Group:
         mean_s, max_s = p.prefill_seconds
         head.add_row("prefill bound", f">= {mean_s * 1e3:,.1f} ms for the mean prompt, {max_s * 1e3:,.1f} ms for the "
                      f"longest  [dim]({p.prefill.dtype} {p.prefill.flops / 1e12:g} TFLOPS)[/dim]")
-    parts: list[Any] = [Panel(head, title="kvplan plan", title_align="left")]
+    parts: list[Any] = [Panel(head, title=Text("kvplan plan"), title_align="left")]
     if p.speed_table:
         t = Table(title="decode-step bound by batch (requests at mean prompt + half their output)", title_justify="left")
         for col in ("batch", "weights read", "cache read", "step (ms)", "tok/s per request", "tok/s total"):
@@ -715,7 +715,7 @@ def plan_view(p: Any) -> Group:
             t.add_row("instances", "-" if fl["instances"] is None else
                       f"{fmt_int(fl['instances'])} x {fl['gpus_per_instance']} GPU = {fmt_int(fl['gpus'])} GPUs (at full load; "
                       "leave headroom for TTFT targets)")
-            parts.append(Panel(t, title="fleet", title_align="left"))
+            parts.append(Panel(t, title=Text("fleet"), title_align="left"))
             fl = None
     if fl:
         t.add_row("users", fmt_int(fl["users"]) + (f" at <= {fl['tpot_seconds'] * 1e3:g} ms per output token" if fl["tpot_seconds"] else "")
@@ -724,7 +724,7 @@ def plan_view(p: Any) -> Group:
                   + (f", speed bound {fmt_int(fl['users_per_instance_speed'])}" if fl["users_per_instance_speed"] is not None else "") + ")")
         t.add_row("instances", "cannot serve the target" if fl["instances"] is None else
                   f"{fmt_int(fl['instances'])} x {fl['gpus_per_instance']} GPU = {fmt_int(fl['gpus'])} GPUs")
-        parts.append(Panel(t, title="fleet", title_align="left"))
+        parts.append(Panel(t, title=Text("fleet"), title_align="left"))
     for block in (_notes("warnings", p.warnings, "yellow"), _notes("assumptions", p.assumptions, "dim")):
         if block is not None:
             parts.append(block)
