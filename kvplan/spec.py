@@ -199,6 +199,16 @@ class IndexerKeys(LayerCache):
         return f"sparse-attention indexer keys, 1 head x {self.head_dim}"
 
 
+@dataclass(frozen=True)
+class MsaIndexerKeys(IndexerKeys):
+    """MiniMax-M3's sparse-attention (MSA) indexer keys: one `head_dim` key per token per sparse layer (a single head,
+    replicated on every TP rank), beside the layer's full K/V. A class of its own because the engines keep it unlike
+    DeepSeek's: vLLM 0.32 stores it in bf16 (its indexer_kv_dtype "auto"), not as fp8 records with scales."""
+
+    def describe(self) -> str:
+        return f"sparse-attention (MSA) indexer keys, 1 head x {self.head_dim}"
+
+
 # DeepSeek-V4 (transformers models/deepseek_v4, vLLM models/deepseek_v4): every layer keeps a short sliding window of
 # its single 512-wide K=V vector; "compressed" layers also keep one entry per `ratio` tokens (4: compressed sparse
 # attention, with a lightning indexer's keys at the same ratio; 128: heavily compressed), and the compressors keep a

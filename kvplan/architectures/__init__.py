@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from kvplan.architectures import (
     base, classic, decoder, deepseek, deepseek_v4, defaults, encdec, gemma, gpt_oss, hybrid, kimi, llama4, mimo,
-    nemotron_nas, rope, schema, step, vision,
+    minimax_m3, nemotron_nas, rope, schema, step, vision,
 )
 from kvplan.architectures.base import Cfg
 from kvplan.errors import ConfigError
@@ -59,6 +59,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("gemma", _mt("gemma", "gemma2", "gemma3", "gemma3_text"), gemma.build),
     Family("gpt-oss", _mt("gpt_oss"), gpt_oss.build),
     Family("mimo-v2-flash", _mt("mimo_v2_flash"), mimo.build),
+    # MiniMax-M3: the flat text config (aiconfigurator's copy) or vLLM's / transformers' text-config types
+    Family("minimax-m3", _mt("minimax_m3", "minimax_m3_text", "minimax_m3_vl_text"), minimax_m3.build),
     # Step-3.7: the step3p7 wrapper (its text_config is model_type step3p5) or the flat text-only file
     Family("step-3.7", _mt("step3p7"), step.build),
     Family("llama4", _mt("llama4", "llama4_text"), llama4.build),

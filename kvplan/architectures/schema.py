@@ -207,6 +207,10 @@ FIELDS: dict[str, Rule] = {
     **_fields(_DIM, "routed_expert_hidden_size"),
     **_fields(_EXPERTS, "num_shared_experts"),
     **_fields(_LAYERS, "attn_res_block_size"),
+    # MiniMax-M3: the dense layers' MLP width, MTP modules, the MoE's routing bias (sparse_attention_config scoped)
+    **_fields(_WIDTH, "dense_intermediate_size"),
+    **_fields(_LAYER_COUNT, "num_mtp_modules"),
+    **_fields(_FLAG, "use_routing_bias"),
 }
 # Fields whose names mean something else elsewhere, checked only inside their container.
 _ROPE = {"factor": Rule("number", 0, MAX_FACTOR), "type": _TEXT}
@@ -214,6 +218,10 @@ SCOPED: dict[str, dict[str, Rule]] = {
     "linear_attn_config": {**_fields(Rule("int_list", 1, MAX_LAYERS), "kda_layers", "full_attn_layers"),
                            "short_conv_kernel_size": _DIM, "use_full_rank_gate": _FLAG,
                            "gate_lower_bound": Rule("signed", 0, 1 << 20)},
+    # MiniMax-M3: which layers run sparse attention (one 0/1 per layer), the indexer's key width and query heads, and
+    # whether a sparse layer has index value/output projections
+    "sparse_attention_config": {**_fields(Rule("int_list", 0, 1), "sparse_attention_freq", "sparse_disable_index_value"),
+                                "sparse_index_dim": _DIM, "sparse_num_index_heads": _HEADS},
     "rope_scaling": _ROPE,
     "rope_parameters": _ROPE,
     "block_configs": {"attention": Rule("object"), "ffn": Rule("object"), "ffn_mult": Rule("number", 0, 1 << 10)},

@@ -19,7 +19,7 @@ from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
 from kvplan.parallel import heads_unsplit
-from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
+from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
                          KimiDeltaState, LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState,
                          SharedKV, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
@@ -158,6 +158,7 @@ KIND_RULES: dict[type, Any] = {
     LatentAttention: LatentLayer(),
     SparseLatentAttention: LatentLayer(),
     IndexerKeys: IndexerLayer(),
+    MsaIndexerKeys: layout.NotModelled("transformers 5.24 builds MiniMax-M3's text model only as minimax_m3_vl_text (MiniMaxM3VLForCausalLM, its MiniMaxM3VLSparseCacheLayer keeping the index keys); kvplan has not checked it against that code yet"),
     MambaState: StateLayer("ssm_states"),
     LinearAttentionState: StateLayer("recurrent_states"),
     KimiDeltaState: KimiStateLayer("recurrent_states"),

@@ -25,7 +25,7 @@ from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
 from kvplan.parallel import heads_unsplit
-from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, KimiDeltaState,
+from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, KimiDeltaState,
                          LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState, SharedKV,
                          SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
@@ -190,6 +190,7 @@ KIND_RULES: dict[type, Any] = {
     LatentAttention: LatentCells(),
     SparseLatentAttention: LatentCells(),  # llama_kv_cache_dsa's main cache: the MLA latent as deepseek2's
     IndexerKeys: IndexerCells(),
+    MsaIndexerKeys: layout.NotModelled("llama.cpp keeps MiniMax-M3 in its own llama_kv_cache_msa (src/llama-kv-cache-msa.h: an index-key cache beside K/V on the sparse layers), which kvplan does not lay out yet"),
     MambaState: RecurrentRows(),
     LinearAttentionState: RecurrentRows(),
     KimiDeltaState: RecurrentRows(),  # n_embd_r = 3 x (d_conv - 1) x n_head x head_dim, n_embd_s = head_dim^2 x n_head

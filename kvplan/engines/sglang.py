@@ -18,7 +18,7 @@ from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
 from kvplan.parallel import heads_floor, pad_to
-from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
+from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
                          KimiDeltaState, LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState,
                          SharedKV, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
@@ -199,6 +199,7 @@ KIND_RULES: dict[type, Any] = {
     LatentAttention: LatentPool("full"),
     SparseLatentAttention: SparseLatentPool("full"),
     IndexerKeys: IndexKeyPool("full"),
+    MsaIndexerKeys: layout.Unsupported("SGLang 0.5.10 has no MiniMax-M3 model (no minimax_m3 file in srt/models)"),
     MambaState: StateSlots(),
     LinearAttentionState: StateSlots(),
     KimiDeltaState: KdaSlots(),

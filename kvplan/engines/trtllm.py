@@ -14,7 +14,7 @@ from kvplan.engines.base import EngineInfo, KVDtypes, PlanGroup, cdiv, tensor
 from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select
 from kvplan.parallel import heads_ceil
-from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
+from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
                          KimiDeltaState, LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState,
                          SharedKV, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
@@ -142,6 +142,7 @@ KIND_RULES: dict[type, Any] = {
     LatentAttention: LatentBlockPool(),
     SparseLatentAttention: LatentBlockPool(),  # DSACacheManager: the plain 576-wide latent pool (no 656 B record)
     IndexerKeys: IndexerBlockPool(),
+    MsaIndexerKeys: layout.NotModelled("TensorRT-LLM's MiniMax-M3 sparse attention (sparse_attention_config algorithm minimax_m3) is not in the source kvplan read"),
     MambaState: StateBuffers(),
     LinearAttentionState: StateBuffers(),
     KimiDeltaState: layout.NotModelled("TensorRT-LLM runs Kimi-K3 (examples/kimi_k3: KVCacheManagerV2, or the V1 "

@@ -22,7 +22,7 @@ from kvplan.errors import ConfigError, InputError
 from kvplan.parallel import heads_floor
 from kvplan.spec import (ChunkedLocal, CompressedIndexerKeys, CompressedLatent, CompressorState, CrossAttention,
                          FullAttention, IndexerKeys, KimiDeltaState, LatentAttention, LayerCache,
-                         LinearAttentionState, MambaState,
+                         LinearAttentionState, MambaState, MsaIndexerKeys,
                          ModelSpec, NoCache, RecurrentState, SharedKV, SlidingLatent, SlidingWindow,
                          SparseLatentAttention, WindowBeyondContext)
 
@@ -72,6 +72,7 @@ class Rules:
     # and align by backend block sizes, which kvplan has not read for it.
     kda_modelled: bool = False
     moe_workspace_held: bool = False  # fused-MoE scratch kept by the WorkspaceManager (0.13+, overhead.py)
+    minimax_m3: bool = False  # MiniMax-M3's sparse attention (models/minimax_m3) is modelled: read in 0.32's source
 
 
 _OLD_MLA = (("hopper", 64), ("blackwell", 128), ("other", 16))  # 0.10-0.11: FlashMLA 64, CUTLASS MLA 128
@@ -86,7 +87,7 @@ _SINCE_0_15 = dict(_SINCE_0_13, chunked_keeps_hybrid=True)
 _SINCE_0_32 = dict(_SINCE_0_15, promote_only_mixed=True, hybrid_align_to_block=True,
                    mamba_align_mode=True, cross_reserves_batched_tokens=True, ssm_fp32_architectures=True,
                    window_beyond_context_slides=True, deepseek_v4=True, tp_non_torch_measured=True, kda_modelled=True,
-                   in_flight_reserve=True)
+                   in_flight_reserve=True, minimax_m3=True)
 VERSIONS: list[tuple[str, Rules]] = [
     # hybrid MLA alignment 64 (models/config.py HybridAttentionMambaModelConfig, 0.12 and 0.13 wheels: "128 if
     # use_cutlass_mla else 64"); a ~0.11.1 Kimi-Linear log reproduces with it (tests/test_kimi_linear.py)
@@ -289,6 +290,10 @@ class MambaSpec(VSpec):
 
 
 SPARSE_BLOCK = 64  # DeepseekV32IndexerBackend supports block 64 only (CUDA); the sparse MLA backends multiples of 64
+# MiniMax-M3: MiniMaxM3SparseBackend and MiniMaxM3IndexerBackend take kernel block 128 only ("Page size == sparse
+# block size"); platforms/interface.py _preferred_block_size_for_backends picks the smallest size every backend
+# accepts, lcm(16 of FlashAttention's MultipleOf(16), 128) = 128, and supports_block_size takes multiples of 128.
+MSA_BLOCK = 128
 
 
 @dataclass(frozen=True)
@@ -376,6 +381,14 @@ def _indexer(c: IndexerKeys, env: SpecEnv) -> VSpec:
     return MLASpec(env.sparse_block, c.fp8_record_bytes, label="fp8+scales", shards=env.dcp)
 
 
+def _msa_indexer(c: MsaIndexerKeys, env: SpecEnv) -> VSpec:
+    """models/minimax_m3/common/indexer.py MiniMaxM3IndexerCache.get_kv_cache_spec: MLAAttentionSpec(num_kv_heads=1,
+    head_size=sparse_index_dim, dtype=bf16): the indexer_kv_dtype "auto" resolves to bf16 for MiniMax-M3
+    (nvidia/model.py resolve_indexer_kv_dtype("bf16")), whatever --kv-cache-dtype says; one key per token, not split
+    by TP."""
+    return MLASpec(env.block, dtypes.KV_DTYPES["bf16"].nbytes(c.head_dim), label="bf16")
+
+
 # DeepSeek-V4 (models/deepseek_v4/attention.py, compressor.py; v1/attention/backends/mla/sparse_swa.py): the
 # FlashMLA (SM90/SM100) and FlashInfer-SM120 backends store the fp8_ds_mla layout whatever --kv-cache-dtype says
 # (auto and fp8 become it; 16-bit is refused); pages are padded to 576 bytes; block sizes are fixed by the code:
@@ -448,6 +461,7 @@ KIND_RULES: dict[type, Any] = {
     LatentAttention: _mla,
     SparseLatentAttention: _sparse_mla,
     IndexerKeys: _indexer,
+    MsaIndexerKeys: _msa_indexer,
     SlidingLatent: _dsv4_window,
     CompressedLatent: _dsv4_compressed,
     CompressedIndexerKeys: _dsv4_indexer,
@@ -698,8 +712,10 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
         layers = tuple(e for e, _ in specs)
         groups = (VGroup(s, layers, len(layers)),)
         return StageLayout(groups, len(layers) * s.page, False, (), s.block_size, tuple(caches), tuple(specs), tuple(notes))
-    if len(kinds) == 1 and next(iter(kinds))[0] in (FullSpec, MLASpec):
-        # UniformTypeKVCacheSpecs: same type, different page sizes (per-layer heads, MLA + indexer)
+    if len({b for _, b in kinds}) == 1 and {t for t, _ in kinds} <= {FullSpec, MLASpec}:
+        # UniformTypeKVCacheSpecs: same type, different page sizes (per-layer heads, MLA + indexer); MLAAttentionSpec
+        # registers FullAttentionSpec as its uniform_type_base_spec (v1/core/single_type_kv_cache_manager.py
+        # register_all_kvcache_specs), so full attention and MLA pages of one block size form one group (MiniMax-M3)
         s0 = specs[0][1]
         layers = tuple(i for i, _ in specs)
         pages = tuple((i, s.page) for i, s in specs)
@@ -857,6 +873,14 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
             f"({in_flight_note})"
         )
     arch = gpu_arch(gpu_name) if gpu_name else "hopper"
+    if MsaIndexerKeys in kinds:
+        opts = _minimax_m3_block(opts, selected)
+        keys = next(c for _, c in spec.caches if isinstance(c, MsaIndexerKeys))
+        assumptions.append(
+            f"MiniMax-M3 sparse attention (models/minimax_m3): every layer's K/V in {kvd.label}, and on the "
+            f"{sum(isinstance(c, MsaIndexerKeys) for _, c in spec.caches)} sparse layers one {keys.head_dim}-wide "
+            f"index key per token in bf16 ({2 * keys.head_dim} B; indexer_kv_dtype auto), all in one block pool of "
+            f"{opts['block_size']}-token blocks (the sparse backends' page)")
     if SparseLatentAttention in kinds:
         size, label = sparse_mla_record(next(c for _, c in spec.caches if isinstance(c, SparseLatentAttention)), kvd, arch)
         where = arch if gpu_name else "Hopper (size assumes a Hopper GPU)"
@@ -881,7 +905,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         block = dict(rules.mla_block).get(arch, 16)
         assumptions.append(f"MLA block size {block} (the attention backend vLLM {selected.version} picks on "
                            f"{arch if gpu_name else 'Hopper (size assumes a Hopper GPU)'})")
-    elif not opts.get("block_size"):
+    elif not opts.get("block_size") and MsaIndexerKeys not in kinds:
         assumptions.append("block size 16 tokens (vLLM default)")
     model_dt = dtypes.KV_DTYPES[spec.dtype] if spec.dtype in ("fp16", "bf16", "fp32") else base.serving_dtype(spec)
     state = kvd.state or (model_dt if model_dt.name != "fp32" else base.serving_dtype(spec))
@@ -914,6 +938,19 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     if dcp_note:
         assumptions.append(dcp_note)
     return Prepared(selected, stages, kvd, inflight, int(mbt), bool(async_on), tuple(assumptions), tp, pp)
+
+
+def _minimax_m3_block(opts: dict[str, Any], selected: Selected[Rules]) -> dict[str, Any]:
+    """MiniMax-M3's block size: 128 (MSA_BLOCK) unless --block-size gives a multiple of it; only vLLM 0.32 on."""
+    if not selected.rules.minimax_m3:
+        raise layout.UnsupportedKind(f"MiniMax-M3's sparse attention is laid out from vLLM 0.32's source "
+                                     f"(models/minimax_m3); vLLM {selected.version}'s is not modelled: use --engine "
+                                     "vllm@0.32 or later")
+    user = opts.get("block_size")
+    if user and int(user) % MSA_BLOCK:
+        raise InputError(f"vLLM's MiniMax-M3 sparse attention takes block sizes that are multiples of {MSA_BLOCK} "
+                         f"only (its backends' kernel block), not --block-size {user}")
+    return {**opts, "block_size": int(user or MSA_BLOCK)}
 
 
 # the layer caches whose pages vLLM shards under DCP and kvplan models (exact types: windows, state and cross
