@@ -188,7 +188,8 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
     if widened:
         notes.append(f"sliding_window {widened:,} >= the model's {max_ctx:,}-token limit: full attention "
                      "(vLLM still reserves it as a sliding window: one block more per request)")
-    mtp = int(text.get("num_nextn_predict_layers", default=0) or 0)
+    # MiniMax-M3 states its MTP modules as num_mtp_modules (7; vLLM's n_predict) beside num_nextn_predict_layers 1
+    mtp = int(text.get("num_mtp_modules", "num_nextn_predict_layers", default=0) or 0)
     quant = base.quantization(top, text)
     if quant is not None and quant.method not in COUNTED_WEIGHT_FORMATS:
         warnings.append(f"the checkpoint's weights are {quant.detail.split(';')[0]}, a format kvplan does not count: "
