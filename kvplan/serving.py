@@ -375,8 +375,8 @@ def replay_notes(pool: Pool) -> list[str]:
                      "(chunked local attention's freeing is not replayed)")
     if s.prefix_caching and not pool.prefix_caching:
         notes.append("prefix caching is not replayed for this mix of cache groups (it is for full, latent and "
-                     "sliding-window attention of one block size): the replay runs with it off, so shared prefixes "
-                     "are held once per request")
+                     "sliding-window attention of one block size): the replay runs with it off, so each request "
+                     "holds its own copy of a shared prefix")
     return notes
 
 
