@@ -365,8 +365,8 @@ def replay_notes(pool: Pool) -> list[str]:
                          "(prefix_cache_retention_interval 0)")
     if "state" in kinds:
         notes.append("state (Mamba / linear attention) groups: one block per request from admission to the end, as "
-                     "vLLM's MambaManager in mamba_cache_mode 'none' (read from vLLM's source; not checked live: "
-                     "the CPU build's hybrids were not run through the scheduler)")
+                     "vLLM's MambaManager in mamba_cache_mode 'none' (prefix caching off); checked step by step "
+                     "against vLLM's CPU build (scaled Nemotron-H)")
     if "state-align" in kinds:
         notes.append("state groups in mamba_cache_mode 'align' (prefix caching on a hybrid) hold their per-request "
                      "reservation; vLLM's per-block state checkpoints are not replayed")

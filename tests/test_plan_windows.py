@@ -93,3 +93,14 @@ def test_a_later_copy_of_a_cached_block_is_found_once_the_first_is_evicted():
     pool.release([b])
     pool.take(1)
     assert "h" not in pool.cached and not pool.copies
+
+
+def test_plan_window_cap_counts_the_batches_in_flight():
+    """gpt-oss-20b (window 128, block 16), max_num_batched_tokens 8192 on an H100: asynchronous scheduling keeps two
+    batches in flight, ceil((127 + 16384) / 16) + 1 = 1,033 blocks; synchronous one, ceil((127 + 8192) / 16) + 1 = 521."""
+    args = ("plan", "gpt-oss-20b", "--gpu", "H100", "--prompt", "300", "--output", "50", "--requests", "20", "--burst",
+            "--max-num-batched-tokens", "8192", "--json")
+    cap = [a for a in run_cli(*args).json()["assumptions"] if "admission asks at most" in a]
+    assert len(cap) == 1 and "at most 1,033 blocks" in cap[0]
+    sync = [a for a in run_cli(*args, "--no-async-scheduling").json()["assumptions"] if "admission asks at most" in a]
+    assert len(sync) == 1 and "at most 521 blocks" in sync[0]

@@ -24,7 +24,7 @@ import pytest
 
 import oracle_vllm as ov
 from conftest import run_cli
-from kvplan.schedule_sim import SchedulerSettings, SimRequest, paged_group, simulate, sliding_group
+from kvplan.schedule_sim import PoolGroup, SchedulerSettings, SimRequest, paged_group, simulate, sliding_group
 
 pytestmark = pytest.mark.engine
 
@@ -39,6 +39,11 @@ GEMMA_BYTES_PER_BLOCK = 2 * 2 * 8 * 256 * 2 * BLOCK
 # scaled Mistral: one sliding group of 4 layers, 8 KV heads of 128 in bf16, K and V
 MISTRAL_BYTES_PER_BLOCK = 4 * 2 * 8 * 128 * 2 * BLOCK
 SWA_MODELS = {"gemma-2-9b": GEMMA_BYTES_PER_BLOCK, "mistral-7b-v0.1": MISTRAL_BYTES_PER_BLOCK}
+# scaled Nemotron-H (11 Mamba-2 + 2 attention layers, SSM state in fp32): vLLM raises the attention block to 384
+# tokens so one page (8 KV heads x 128 x 2 x bf16 x 384 = 1,572,864 B) holds a Mamba state; groups of 2 layers
+STATE_MODEL = "nemotron-h"
+STATE_BYTES_PER_BLOCK = 2 * 2 * 8 * 128 * 2 * 384
+STATE_POOL_BLOCKS = 41
 
 
 def _mixes(seed: int) -> dict[str, dict]:
@@ -106,6 +111,20 @@ def _swa_engines(dirs: dict[str, str]) -> list[dict]:
     ]
 
 
+def _state_engines(model_dir: str) -> list[dict]:
+    """A Mamba hybrid with prefix caching off (mamba_cache_mode 'none'): each state group holds one block per
+    request from admission to the end, the attention group grows; 40 usable blocks, 7 per request at admission."""
+    rng = random.Random(13)
+    kwargs = {"load_format": "dummy", "skip_tokenizer_init": True, "max_model_len": MAX_LEN, "enforce_eager": True,
+              "seed": 0, "model": model_dir, "enable_prefix_caching": False, "max_num_seqs": 64,
+              "kv_cache_memory_bytes": STATE_POOL_BLOCKS * STATE_BYTES_PER_BLOCK, **dict(ov.MODELS[STATE_MODEL].llm_extra)}
+    return [{"kwargs": kwargs, "mixes": [
+        # 5 requests of 7 blocks fill 35 of 40; each grows an attention block at 385 tokens, then at 769 preempts
+        {"id": "state-fixed", "requests": [[380, 420]] * 10},
+        {"id": "state-mixed", "requests": [[rng.randrange(20, 700), rng.randrange(1, 300)] for _ in range(30)]},
+    ]}]
+
+
 def _write_swa_configs(root: Path) -> dict[str, str]:
     """The scaled configs with the window cut to WINDOW (the only change to what oracle_vllm writes)."""
     out = {}
@@ -123,6 +142,7 @@ def _write_swa_configs(root: Path) -> dict[str, str]:
 
 MIX_IDS = ["fixed", "mixed", "prefix", "chunked", "short"]
 SWA_MIX_IDS = [m["id"] for e in _swa_engines({}) for m in e["mixes"]]
+STATE_MIX_IDS = [m["id"] for e in _state_engines("") for m in e["mixes"]]
 
 
 @pytest.fixture(scope="module")
@@ -134,11 +154,12 @@ def replays(tmp_path_factory) -> dict[str, dict]:
         e["kwargs"]["model"] = str(model_dir)
     swa_dirs = _write_swa_configs(work / "models")
     engines += _swa_engines(swa_dirs)
+    engines += _state_engines(str(ov.write_configs(work / "models", [STATE_MODEL])[STATE_MODEL].parent))
     spec, out = work / "spec.json", work / "out.jsonl"
     spec.write_text(json.dumps(engines))
     child = Path(__file__).with_name("vllm_sched_child.py")
     proc = subprocess.run([ov.vllm_python(), str(child), str(spec), str(out)], capture_output=True, text=True,
-                          timeout=900, env={**__import__("os").environ, **ov.CHILD_ENV})
+                          timeout=1500, env={**__import__("os").environ, **ov.CHILD_ENV})
     if proc.returncode != 0 or not out.exists():
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
         pytest.fail(f"the vLLM scheduler child failed (rc {proc.returncode}): {' | '.join(tail)}. "
@@ -149,15 +170,19 @@ def replays(tmp_path_factory) -> dict[str, dict]:
 
 
 def _mix(mix_id: str) -> dict:
-    return next(m for e in _engines() + _swa_engines({}) for m in e["mixes"] if m["id"] == mix_id)
+    return next(m for e in _engines() + _swa_engines({}) + _state_engines("") for m in e["mixes"] if m["id"] == mix_id)
 
 
 def _engine_groups(r: dict) -> tuple:
     """The replay's groups in the order of the engine's KV cache groups (the order blocks are freed in)."""
-    kinds = {"FullAttentionSpec": "full", "SlidingWindowSpec": "sliding"}
+    kinds = {"FullAttentionSpec", "SlidingWindowSpec", "MambaSpec"}
     assert all(kind in kinds for kind, _, _ in r["groups"]), r["groups"]
-    return tuple(sliding_group(bs, window, r["max_in_flight_tokens"]) if window else paged_group(bs)
-                 for _, bs, window in r["groups"])
+    return tuple(sliding_group(bs, window, r["max_in_flight_tokens"]) if window
+                 # MambaManager, mode 'none': ceil(tokens / block_size) with block_size >= max_model_len, i.e. one
+                 # block from admission to the end
+                 else PoolGroup(bs, lambda n: 1, caches_prefix=False) if kind == "MambaSpec"
+                 else paged_group(bs)
+                 for kind, bs, window in r["groups"])
 
 
 def _replay(r: dict, mix: dict, groups: tuple):
@@ -200,6 +225,21 @@ def test_mixes_exercise_what_they_claim(replays):
     assert max(s[0] for s in replays["short"]["steps"]) == 16
     # with the prefix shared, more requests fit at once than the 10 that 10 private blocks each would allow
     assert max(s[0] for s in replays["prefix"]["steps"]) > 100 // 13
+
+
+@pytest.mark.parametrize("mix_id", STATE_MIX_IDS)
+def test_state_group_replay_equals_vllm_scheduler_step_by_step(replays, mix_id):
+    """Nemotron-H on the CPU build with prefix caching off: the Mamba groups in mode 'none'. kvplan's own layout
+    of this hybrid differs from the CPU build's (dev/VLLM_ORACLE_NOTES.md D5: the CPU build's attention block), so
+    the replay runs on the engine's groups and `kvplan plan` is not compared here."""
+    r, mix = replays[mix_id], _mix(mix_id)
+    assert r["num_gpu_blocks"] == STATE_POOL_BLOCKS
+    assert r["mamba_cache_mode"] == "none" and not r["prefix_caching"] and not r["async_scheduling"]
+    assert sum(kind == "MambaSpec" for kind, _, _ in r["groups"]) >= 1 and all(
+        bs >= MAX_LEN for kind, bs, _ in r["groups"] if kind == "MambaSpec")
+    assert r["outputs"] == [o for _, o in mix["requests"]]
+    _assert_same_steps(_replay(r, mix, _engine_groups(r)), r)
+    assert len(r["preempted"]) > 0
 
 
 def test_sliding_mixes_exercise_what_they_claim(replays):

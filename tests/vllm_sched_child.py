@@ -57,7 +57,8 @@ def main(spec_path: str, out_path: str) -> int:
                     # the KV cache groups in the coordinator's order: [spec class, block size, window or null]
                     "groups": [[type(g.kv_cache_spec).__name__, g.kv_cache_spec.block_size,
                                 getattr(g.kv_cache_spec, "sliding_window", None)]
-                               for g in sched.kv_cache_config.kv_cache_groups]}
+                               for g in sched.kv_cache_config.kv_cache_groups],
+                    "mamba_cache_mode": sched.cache_config.mamba_cache_mode}
         for mix in eng["mixes"]:
             # an empty prefix cache per mix (the replay starts from one): blocks an earlier mix cached stay
             # hashed in the free queue, and mixes drawn from the same seed share their first tokens
