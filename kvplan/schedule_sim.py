@@ -262,6 +262,7 @@ def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, use
     now = 0.0
 
     linear = [g.tokens_per_block for g in groups]
+    all_linear = all(linear)
     windows = [g for g, grp in enumerate(groups) if grp.window]
     single = len(groups) == 1 and linear[0] > 0 and not windows
     per0 = linear[0]
@@ -306,12 +307,20 @@ def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, use
         r.blocks = [[] for _ in groups]
         r.cached_blocks = [0] * len(groups)
 
+    win_info = [(g, groups[g].window - 1, groups[g].block_size) for g in windows]
+
     def remove_skipped(r: _Req) -> None:
-        """remove_skipped_blocks: free a window's blocks behind the next token's window, newest first."""
-        for g in windows:
+        """remove_skipped_blocks: free a window's blocks behind the next token's window, newest first (the rule of
+        _skipped_blocks, inlined: this runs for every running request at every step)."""
+        c = r.computed
+        for g, w1, bs in win_info:
+            last = (c - w1) // bs - 1
+            if last < 0:
+                continue
             blocks = r.blocks[g]
-            last = min(_skipped_blocks(groups[g], r.computed), len(blocks)) - 1
-            if last < 0 or blocks[last] == 0:  # nothing new behind the window
+            if last >= len(blocks):
+                last = len(blocks) - 1
+            if blocks[last] == 0:  # nothing new behind the window
                 continue
             freed = []
             for j in range(last, -1, -1):
@@ -425,7 +434,10 @@ def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, use
             else:
                 if windows:
                     remove_skipped(r)
-                wants = [needed(r, end, g) for g in range(len(groups))]
+                if all_linear:
+                    wants = [w if (w := -(-end // per) - len(bl)) > 0 else 0 for per, bl in zip(linear, r.blocks)]
+                else:
+                    wants = [needed(r, end, g) for g in range(len(groups))]
             ok = False
             while True:
                 if sum(wants) <= len(free_q):
