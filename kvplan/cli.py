@@ -377,7 +377,7 @@ def plan(
     calibrations: Calibrations = None, no_calibration: NoCalibration = False,
     gpu_memory_utilization: GpuMemUtil = None, max_num_seqs: MaxNumSeqs = None, max_model_len: MaxModelLen = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None,
-    enable_prefix_caching: PrefixCaching = None,
+    enable_prefix_caching: PrefixCaching = None, async_scheduling: AsyncSched = None,
     json_out: Json = False, revision: Revision = None, offline: Offline = False, refresh: Refresh = False,
     hub: Hub = False, token: Token = None, timeout: Timeout = None,
 ) -> None:
@@ -387,7 +387,8 @@ def plan(
     selection = gpu_catalog.resolve_gpu(gpu)
     knobs = _parse_knobs(gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                          max_model_len=max_model_len, block_size=block_size,
-                         max_num_batched_tokens=max_num_batched_tokens, enable_prefix_caching=enable_prefix_caching)
+                         max_num_batched_tokens=max_num_batched_tokens, enable_prefix_caching=enable_prefix_caching,
+                         async_scheduling=async_scheduling)
     prefix = parse_tokens(shared_prefix, "--shared-prefix") if shared_prefix else 0
     count = parse_count(requests, "--requests") if requests else None
     if requests_file:

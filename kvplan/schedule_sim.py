@@ -15,6 +15,22 @@ The rules are vLLM 0.32's (vllm/v1/core/sched/scheduler.py `Scheduler.schedule`,
   is evicted least-recently-freed first (a finished request's tail blocks go first);
 - a request samples one token in the step that computes its last known token; it ends after its output length.
 
+Sliding-window groups (single_type_kv_cache_manager.py `SlidingWindowManager`, kv_cache_manager.py
+`allocate_slots`):
+- before a request asks for blocks, the blocks wholly before computed - window + 1 (`get_num_skipped_tokens`) are
+  freed and their table slots become the null block (`remove_skipped_blocks`, newest first, stopping at a slot
+  already null); this runs even when the ask then fails;
+- new blocks are counted as for full attention, ceil(tokens / block_size) less the table's length (nulls count);
+- admission (`scheduler_reserve_full_isl`) asks min(ceil(tokens / block_size), cap) blocks, cap =
+  ceil(min(window - 1 + in-flight tokens, max_model_len) / block_size) + 1
+  (`SlidingWindowSpec.max_admission_blocks_per_request`), less the skipped blocks of a prefix hit;
+- prefix caching (`prefix_cache_retention_interval` 0, the default): a window block is hashed only when it is one
+  of the ceil((window - 1) / block_size) blocks ending at the prompt's last block boundary (prompt - 1,
+  `replay_boundaries`) or at a shared-prefix junction that full attention hit and the window did not
+  (`reachable_block_mask`); a hit is full attention's run from the start cut to the last run of that many
+  cached window blocks below it (`HybridKVCacheCoordinator.find_longest_cache_hit`). Checked with groups of one
+  block size.
+
 kvplan plans with it; tests/test_schedule_oracle.py replays mixes through vLLM's own scheduler on this machine and
 compares every step. Pure Python integers; no engine code is imported.
 """
@@ -31,12 +47,25 @@ from kvplan.parallel import cdiv
 @dataclass(frozen=True)
 class PoolGroup:
     """One KV cache group of the pool: how many blocks a request of n tokens holds in it, and whether its full
-    blocks are shared through prefix caching (full and latent attention; windows and state are not)."""
+    blocks are shared through prefix caching (full and latent attention, sliding windows; state is not)."""
 
     block_size: int
     blocks_for: Callable[[int], int]
     caches_prefix: bool = True
     tokens_per_block: int = 0  # > 0: blocks_for(n) is ceil(n / tokens_per_block) (the replay's fast path)
+    window: int = 0  # > 0: a sliding window of this many tokens (blocks behind it are freed as the request moves)
+    inflight: int = 0  # sliding: the in-flight tokens its admission cap reserves (VllmConfig.max_in_flight_tokens)
+
+    def admission_blocks(self, tokens: int, max_model_len: int) -> int:
+        """Blocks the admission check asks of a request of `tokens` with nothing cached (a window's is capped)."""
+        if not self.window:
+            return self.blocks_for(tokens)
+        return min(cdiv(tokens, self.block_size), self.admission_cap(max_model_len))
+
+    def admission_cap(self, max_model_len: int) -> int:
+        """SlidingWindowSpec.max_admission_blocks_per_request: the window less one plus the tokens in flight, and a
+        block more for a window that starts inside a block."""
+        return cdiv(min(self.window - 1 + self.inflight, max_model_len), self.block_size) + 1
 
 
 @dataclass(frozen=True)
@@ -90,8 +119,32 @@ class _Pool:
     def __init__(self, num_blocks: int) -> None:
         self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, num_blocks))  # 0: null block
         self.ref = [0] * num_blocks
+        self.ref[0] = 1  # the null block (a window's freed slots) is never free nor evictable
         self.hash_of: list[object | None] = [None] * num_blocks
-        self.cached: dict[object, int] = {}
+        self.cached: dict[object, int] = {}  # hash -> the block a lookup finds (the earliest cached still there)
+        self.copies: dict[object, list[int]] = {}  # hash -> later blocks with the same hash (BlockHashToBlockMap)
+
+    def insert(self, h: object, b: int) -> None:
+        """cache_full_blocks: blocks are not de-duplicated; a lookup finds the first one cached."""
+        self.hash_of[b] = h
+        if h in self.cached:
+            self.copies.setdefault(h, []).append(b)
+        else:
+            self.cached[h] = b
+
+    def _evict(self, b: int, h: object) -> None:
+        """_maybe_evict_cached_block: the block leaves the hash map; a copy cached after it is found instead."""
+        self.hash_of[b] = None
+        later = self.copies.get(h)
+        if self.cached.get(h) == b:
+            if later:
+                self.cached[h] = later.pop(0)
+            else:
+                del self.cached[h]
+        elif later and b in later:
+            later.remove(b)
+        if later is not None and not later:
+            del self.copies[h]
 
     def num_free(self) -> int:
         return len(self.free)
@@ -101,16 +154,16 @@ class _Pool:
         for _ in range(n):
             b, _ = self.free.popitem(last=False)
             h = self.hash_of[b]
-            if h is not None:  # evict
-                if self.cached.get(h) == b:
-                    del self.cached[h]
-                self.hash_of[b] = None
+            if h is not None:
+                self._evict(b, h)
             self.ref[b] = 1
             out.append(b)
         return out
 
     def touch(self, blocks: Sequence[int]) -> None:
         for b in blocks:
+            if b == 0:
+                continue
             if self.ref[b] == 0:
                 del self.free[b]
             self.ref[b] += 1
@@ -119,6 +172,8 @@ class _Pool:
         """free_blocks: uncached blocks go to the front (reused first), cached ones to the back (LRU)."""
         first, last = [], []
         for b in ordered:
+            if b == 0:
+                continue
             self.ref[b] -= 1
             if self.ref[b] == 0:
                 (first if self.hash_of[b] is None else last).append(b)
@@ -136,14 +191,53 @@ class _Req:
     num_tokens: int
     computed: int = 0
     generated: int = 0
-    blocks: list[list[int]] = field(default_factory=list)  # per group
+    blocks: list[list[int]] = field(default_factory=list)  # per group; 0: the null block (a window's freed slot)
     cached_blocks: list[int] = field(default_factory=list)  # per group: how many of its blocks are hashed
+    junction: int = 0  # shared_prefix_boundary: where full attention's hit ran past the windows' at its last lookup
 
     def key(self, j: int, block_size: int) -> object:
         """The hash of the request's j-th full block: shared while it lies inside the common prefix."""
         if (j + 1) * block_size <= min(self.spec.shared_prefix, self.spec.prompt):
             return ("prefix", j)
         return (self.index, j)
+
+
+def _skipped_blocks(grp: PoolGroup, computed: int) -> int:
+    """get_num_skipped_tokens // block_size: the blocks wholly before the window of the next token (0 without one)."""
+    if not grp.window:
+        return 0
+    return max(0, computed - grp.window + 1) // grp.block_size
+
+
+def _hit_blocks_needed(grp: PoolGroup) -> int:
+    """SlidingWindowManager._contiguous_blocks_for_hit: cached blocks in a row that hold a window (no EAGLE)."""
+    return cdiv(grp.window - 1, grp.block_size)
+
+
+def _window_block_kept(grp: PoolGroup, r: _Req, j: int) -> bool:
+    """reachable_block_mask under prefix_cache_retention_interval 0: a window block is hashed only inside the run
+    a later hit would end on, at the prompt's last boundary (prompt - 1) or at the request's junction."""
+    need = _hit_blocks_needed(grp)
+    for boundary in (r.spec.prompt - 1, r.junction):
+        end = boundary // grp.block_size
+        if boundary and end - need <= j < end:
+            return True
+    return False
+
+
+def _admission_need(grp: PoolGroup, tokens: int, hit_tokens: int, hit_blocks: list[int], ref: list[int],
+                    capped: bool, max_model_len: int) -> int:
+    """get_num_blocks_to_allocate for a request not yet running: the blocks past its hit (skipped ones count as
+    held for a window) plus the cached hit blocks that must leave the free queue."""
+    skipped = _skipped_blocks(grp, hit_tokens)
+    if grp.window:
+        want = grp.admission_blocks(tokens, max_model_len) if capped else cdiv(tokens, grp.block_size)
+    elif grp.tokens_per_block:
+        want = cdiv(tokens, grp.tokens_per_block)
+    else:
+        want = grp.blocks_for(tokens)
+    evictable = sum(1 for b in hit_blocks[skipped:] if ref[b] == 0)
+    return max(want - max(skipped, len(hit_blocks)), 0) + evictable
 
 
 def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, users: int | None = None,
@@ -168,9 +262,24 @@ def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, use
     now = 0.0
 
     linear = [g.tokens_per_block for g in groups]
-    single = len(groups) == 1 and linear[0] > 0
+    all_linear = all(linear)
+    windows = [g for g, grp in enumerate(groups) if grp.window]
+    single = len(groups) == 1 and linear[0] > 0 and not windows
     per0 = linear[0]
     bs0 = groups[0].block_size
+    mml = settings.max_model_len
+    multi = len(groups) > 1
+    # one block size: every group's hashed count moves together, so group 0's says when caching has work
+    lockstep = len({grp.block_size for grp in groups}) == 1
+    full_ids = [g for g, grp in enumerate(groups) if not grp.window]
+    # windows of one spec are one attention group: a block counts as cached only where all of them hold it
+    window_sets: dict[tuple[int, int], list[int]] = {}
+    for g in windows:
+        window_sets.setdefault((groups[g].window, groups[g].block_size), []).append(g)
+
+    def hkey(r: _Req, g: int, j: int) -> object:
+        k = r.key(j, groups[g].block_size)
+        return (g, k) if multi else k
 
     def needed(r: _Req, tokens: int, group: int) -> int:
         per = linear[group]
@@ -186,10 +295,10 @@ def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, use
                 continue
             for j in range(r.cached_blocks[g], full):
                 b = r.blocks[g][j]
+                if b == 0 or (grp.window and not _window_block_kept(grp, r, j)):
+                    continue
                 if pool.hash_of[b] is None:
-                    h = r.key(j, grp.block_size)
-                    pool.hash_of[b] = h
-                    pool.cached.setdefault(h, b)
+                    pool.insert(hkey(r, g, j), b)
             r.cached_blocks[g] = max(r.cached_blocks[g], full)
 
     def free(r: _Req) -> None:
@@ -198,23 +307,97 @@ def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, use
         r.blocks = [[] for _ in groups]
         r.cached_blocks = [0] * len(groups)
 
+    win_info = [(g, groups[g].window - 1, groups[g].block_size) for g in windows]
+
+    def remove_skipped(r: _Req) -> None:
+        """remove_skipped_blocks: free a window's blocks behind the next token's window, newest first (the rule of
+        _skipped_blocks, inlined: this runs for every running request at every step)."""
+        c = r.computed
+        for g, w1, bs in win_info:
+            last = (c - w1) // bs - 1
+            if last < 0:
+                continue
+            blocks = r.blocks[g]
+            if last >= len(blocks):
+                last = len(blocks) - 1
+            if blocks[last] == 0:  # nothing new behind the window
+                continue
+            freed = []
+            for j in range(last, -1, -1):
+                if blocks[j] == 0:
+                    break
+                freed.append(blocks[j])
+                blocks[j] = 0
+            pool.release(freed)
+
+    def full_run(r: _Req, g: int, limit: int) -> int:
+        n = 0
+        while n < limit and hkey(r, g, n) in pool.cached:
+            n += 1
+        return n
+
+    def window_hit(r: _Req, ids: list[int], max_tokens: int) -> tuple[int, list[list[int]]]:
+        """SlidingWindowManager.find_longest_cache_hit: the last run of enough cached blocks below max_tokens,
+        nulls before it; without one, the run from the start."""
+        grp = groups[ids[0]]
+        need = _hit_blocks_needed(grp)
+        nb = max_tokens // grp.block_size
+        run = 0
+        for i in range(nb - 1, -1, -1):
+            if all(hkey(r, g, i) in pool.cached for g in ids):
+                run += 1
+                if run >= need:
+                    return (i + run) * grp.block_size, [[0] * i + [pool.cached[hkey(r, g, k)] for k in range(i, i + run)]
+                                                        for g in ids]
+            else:
+                run = 0
+        return run * grp.block_size, [[pool.cached[hkey(r, g, k)] for k in range(run)] for g in ids]
+
     def hit(r: _Req) -> tuple[int, list[list[int]]]:
-        """find_longest_cache_hit: whole cached blocks from the start, at most num_tokens - 1 tokens."""
+        """find_longest_cache_hit: whole cached blocks, at most num_tokens - 1 tokens; with windows, the hybrid
+        coordinator's fixed point (full attention's run from the start, each window's last run below it)."""
         if not prefix_on:
             return 0, [[] for _ in groups]
-        per_group, tokens = [], None
-        for grp in groups:
-            found = []
-            for j in range((r.num_tokens - 1) // grp.block_size):
-                b = pool.cached.get(r.key(j, grp.block_size))
-                if b is None:
-                    break
-                found.append(b)
-            per_group.append(found)
-            t = len(found) * grp.block_size
-            tokens = t if tokens is None else min(tokens, t)
-        tokens = tokens or 0
-        return tokens, [f[: tokens // grp.block_size] for f, grp in zip(per_group, groups)]
+        limit = r.num_tokens - 1
+        if not windows:
+            per_group, tokens = [], None
+            for g, grp in enumerate(groups):
+                found = []
+                for j in range(limit // grp.block_size):
+                    b = pool.cached.get(hkey(r, g, j))
+                    if b is None:
+                        break
+                    found.append(b)
+                per_group.append(found)
+                t = len(found) * grp.block_size
+                tokens = t if tokens is None else min(tokens, t)
+            tokens = tokens or 0
+            return tokens, [f[: tokens // grp.block_size] for f, grp in zip(per_group, groups)]
+        full_tokens = min((full_run(r, g, limit // groups[g].block_size) * groups[g].block_size for g in full_ids),
+                          default=limit)
+        hit_tokens, longest = limit, 0
+        found: dict[int, list[int]] = {}
+        while True:
+            curr = min(hit_tokens, full_tokens) if full_ids else hit_tokens
+            longest = max(longest, curr) if full_ids else longest
+            for ids in window_sets.values():
+                curr, blocks = window_hit(r, ids, curr)
+                found.update(zip(ids, blocks))
+                longest = max(longest, curr)
+            if curr >= hit_tokens:
+                break
+            hit_tokens = curr
+            if len(full_ids) and len(window_sets) == 1:  # is_simple_hybrid: one pass
+                break
+        r.junction = longest if longest > hit_tokens else 0
+        out = []
+        for g, grp in enumerate(groups):
+            if grp.window:
+                out.append(found[g])
+            else:
+                n = hit_tokens // grp.block_size
+                out.append([pool.cached[hkey(r, g, j)] for j in range(n)])
+        return hit_tokens, out
 
     while (pending or waiting or running) and step < max_steps:
         if arrivals is not None and pending and not waiting and not running:
@@ -239,8 +422,8 @@ def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, use
             n = r.num_tokens - r.computed
             if n > budget:
                 n = budget
-            if n > settings.max_model_len - r.computed - 1:
-                n = settings.max_model_len - r.computed - 1
+            if n > mml - r.computed - 1:
+                n = mml - r.computed - 1
             if n <= 0:
                 i += 1
                 continue
@@ -249,7 +432,12 @@ def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, use
                 need = -(-end // per0) - len(r.blocks[0])
                 wants = [need if need > 0 else 0]
             else:
-                wants = [needed(r, end, g) for g in range(len(groups))]
+                if windows:
+                    remove_skipped(r)
+                if all_linear:
+                    wants = [w if (w := -(-end // per) - len(bl)) > 0 else 0 for per, bl in zip(linear, r.blocks)]
+                else:
+                    wants = [needed(r, end, g) for g in range(len(groups))]
             ok = False
             while True:
                 if sum(wants) <= len(free_q):
@@ -271,7 +459,7 @@ def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, use
             for g, w in enumerate(wants):
                 if w:
                     r.blocks[g] += pool.take(w)
-            if prefix_on and (not single or end // bs0 > r.cached_blocks[0]):
+            if prefix_on and (not lockstep or end // bs0 > r.cached_blocks[0]):
                 cache(r, end if end < r.num_tokens else r.num_tokens)
             scheduled.append((r, n))
             budget -= n
@@ -284,18 +472,19 @@ def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, use
                 if not settings.chunked_prefill and n > budget:
                     break
                 n = min(n, budget)
-                evictable = sum(1 for bl in hit_blocks for b in bl if pool.ref[b] == 0)
-                full = min(r.num_tokens, settings.max_model_len)
-                if sum(max(grp.blocks_for(full) - len(hb), 0) for grp, hb in zip(groups, hit_blocks)) + evictable \
-                        > pool.num_free():
+                full = min(r.num_tokens, mml)
+                free_now = pool.num_free()
+                if sum(_admission_need(grp, full, hit_tokens, hb, pool.ref, True, mml)
+                       for grp, hb in zip(groups, hit_blocks)) > free_now:
                     break
-                if sum(max(grp.blocks_for(hit_tokens + n) - len(hb), 0) for grp, hb in zip(groups, hit_blocks)) \
-                        + evictable > pool.num_free():
+                if sum(_admission_need(grp, min(hit_tokens + n, mml), hit_tokens, hb, pool.ref, False, mml)
+                       for grp, hb in zip(groups, hit_blocks)) > free_now:
                     break
                 waiting.popleft()
-                for g, hb in enumerate(hit_blocks):
-                    pool.touch(hb)
-                    r.blocks[g] = list(hb)
+                for g, (grp, hb) in enumerate(zip(groups, hit_blocks)):
+                    skipped = _skipped_blocks(grp, hit_tokens)
+                    pool.touch(hb[skipped:])
+                    r.blocks[g] = [0] * skipped + list(hb[skipped:])
                     r.cached_blocks[g] = len(hb)
                 r.computed = hit_tokens
                 for g in range(len(groups)):
@@ -320,9 +509,9 @@ def simulate(settings: SchedulerSettings, requests: Sequence[SimRequest], *, use
                 r.num_tokens += 1
                 r.generated += 1
                 trace.first_token_at.setdefault(r.index, step)
-                if prefix_on and (not single or r.computed // bs0 > r.cached_blocks[0]):
+                if prefix_on and (not lockstep or r.computed // bs0 > r.cached_blocks[0]):
                     cache(r, r.computed)
-                if r.generated >= r.spec.output:
+                if r.generated >= r.spec.output or r.num_tokens >= mml:  # check_stop: max_tokens or max_model_len
                     done.append(r)
         for r in done:
             running.remove(r)
@@ -338,3 +527,10 @@ def paged_group(block_size: int, shards: int = 1, caches_prefix: bool = True) ->
     context parallel ranks)."""
     per = block_size * shards
     return PoolGroup(block_size, lambda n: cdiv(n, per), caches_prefix, per)
+
+
+def sliding_group(block_size: int, window: int, inflight: int, caches_prefix: bool = True) -> PoolGroup:
+    """A sliding-window group: a request of n tokens holds ceil(n / block_size) blocks less those wholly behind
+    the window of its next token (blocks_for: held while it decodes, n - 1 computed)."""
+    return PoolGroup(block_size, lambda n: cdiv(n, block_size) - max(0, n - window) // block_size, caches_prefix,
+                     block_size, window, inflight)

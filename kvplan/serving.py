@@ -17,7 +17,7 @@ from typing import Any
 from kvplan import JSON_SCHEMA
 from kvplan.errors import InputError
 from kvplan.gpus import GpuSelection
-from kvplan.schedule_sim import PoolGroup, SchedulerSettings, SimRequest, Trace, paged_group, simulate
+from kvplan.schedule_sim import PoolGroup, SchedulerSettings, SimRequest, Trace, paged_group, simulate, sliding_group
 from kvplan.sizing import EngineOptions, ModelOptions
 from kvplan.workload import Workload
 
@@ -32,6 +32,7 @@ class Pool:
     bytes_per_block: int
     kv_budget_bytes: int
     kv_budget_source: str
+    kinds: tuple[str, ...] = ()  # per group: full, sliding, state, state-align, chunked, cross (what the replay does)
 
     @property
     def usable_blocks(self) -> int:
@@ -48,7 +49,12 @@ class Pool:
         return min(self.settings.max_num_seqs, math.ceil(1.5 * self.usable_blocks / max(mean_blocks, 1e-9)) + 4)
 
     def request_blocks(self, tokens: int) -> int:
+        """Blocks a request of `tokens` holds while it decodes (a window's: those inside it)."""
         return sum(g.blocks_for(tokens) for g in self.settings.groups)
+
+    def admission_blocks(self, tokens: int) -> int:
+        """Blocks vLLM's admission check asks for a request of `tokens` (a window's capped by its reservation)."""
+        return sum(g.admission_blocks(tokens, self.settings.max_model_len) for g in self.settings.groups)
 
     def to_json(self) -> dict[str, Any]:
         s = self.settings
@@ -318,6 +324,75 @@ class PlanReport:
         return out
 
 
+def _windows_share_prefix(stage) -> bool:
+    """Prefix caching is replayed for sliding windows only beside full/latent attention of one block size (the
+    hybrid hit rule checked against vLLM); other mixes keep it off for the whole pool."""
+    from kvplan.engines import vllm
+
+    specs = [g.spec for g in stage.groups]
+    return (all(type(sp) in (vllm.FullSpec, vllm.MLASpec, vllm.SlidingSpec) and sp.shards == 1 for sp in specs)
+            and len({sp.block_size for sp in specs}) == 1)
+
+
+def _group_kind(spec) -> str:
+    from kvplan.engines import vllm
+
+    if type(spec) in (vllm.FullSpec, vllm.MLASpec):
+        return "full"
+    if type(spec) is vllm.SlidingSpec:
+        return "sliding"
+    if type(spec) is vllm.MambaSpec:
+        return "state-align" if spec.state_blocks > 1 else "state"
+    return "chunked" if type(spec) is vllm.ChunkedSpec else "cross"
+
+
+def replay_notes(pool: Pool) -> list[str]:
+    """What the replay does with each kind of group, and what it leaves to vLLM's reservation."""
+    kinds, s = set(pool.kinds), pool.settings
+    notes = []
+    windows = [g for g in s.groups if g.window]
+    if windows:
+        w = windows[0]
+        notes.append(f"sliding-window groups replayed as vLLM 0.32 runs them: the blocks wholly behind a request's "
+                     f"window (window {', '.join(sorted({f'{g.window:,}' for g in windows}))} tokens) go back to the "
+                     f"pool as it advances, and admission asks at most {w.admission_cap(s.max_model_len):,} blocks "
+                     "(window - 1 + in-flight tokens); checked step by step against vLLM's CPU build (scaled "
+                     "Gemma-2, full + sliding)")
+        if s.prefix_caching and pool.prefix_caching:
+            notes.append("prefix caching replayed for windows as vLLM's hybrid coordinator: a hit is full "
+                         "attention's cached run cut back to the last run of cached window blocks; window blocks "
+                         "are cached only at the prompt's end and at a shared-prefix junction "
+                         "(prefix_cache_retention_interval 0)")
+    if "state" in kinds:
+        notes.append("state (Mamba / linear attention) groups: one block per request from admission to the end, as "
+                     "vLLM's MambaManager in mamba_cache_mode 'none' (prefix caching off); checked step by step "
+                     "against vLLM's CPU build (scaled Nemotron-H)")
+    if "state-align" in kinds:
+        notes.append("state groups in mamba_cache_mode 'align' (prefix caching on a hybrid) hold their per-request "
+                     "reservation; vLLM's per-block state checkpoints are not replayed")
+    if kinds & {"chunked", "cross"}:
+        notes.append("chunked-local / cross-attention groups hold vLLM's per-request reservation for their length "
+                     "(chunked local attention's freeing is not replayed)")
+    if s.prefix_caching and not pool.prefix_caching:
+        notes.append("prefix caching is not replayed for this mix of cache groups (it is for full, latent and "
+                     "sliding-window attention of one block size): the replay runs with it off, so each request "
+                     "holds its own copy of a shared prefix")
+    return notes
+
+
+def _pool_group(spec, inflight: int, windows_cache: bool) -> PoolGroup:
+    """One vLLM KV cache group as the replay sees it: full/latent attention grows a block per block_size tokens,
+    a sliding window also frees the blocks behind it, anything else (state, chunked local, cross attention) holds
+    its per-request reservation (MambaManager in mode 'none': one block from admission to the end)."""
+    from kvplan.engines import vllm
+
+    if type(spec) in (vllm.FullSpec, vllm.MLASpec):
+        return paged_group(spec.block_size, spec.shards, spec.shards == 1)
+    if type(spec) is vllm.SlidingSpec and spec.per_state == 1 and not spec.align:
+        return sliding_group(spec.block_size, spec.window, inflight, windows_cache)
+    return PoolGroup(spec.block_size, lambda n, sp=spec: sp.blocks(n, inflight), False)
+
+
 def _pool(fit) -> Pool:
     from kvplan.engines import vllm
 
@@ -334,13 +409,12 @@ def _pool(fit) -> Pool:
                          "gives its capacity")
     if stage.uniform_type:
         groups = (PoolGroup(stage.block_size, lambda n: stage.blocks_per_request(n, inflight), True),)
+        kinds = ("full",)
     else:
-        groups = tuple(paged_group(g.spec.block_size, g.spec.shards, g.spec.shards == 1)
-                       if type(g.spec) in (vllm.FullSpec, vllm.MLASpec)
-                       else PoolGroup(g.spec.block_size, lambda n, sp=g.spec: sp.blocks(n, inflight), False)
-                       for g in stage.groups)
+        groups = tuple(_pool_group(g.spec, inflight, _windows_share_prefix(stage)) for g in stage.groups)
+        kinds = tuple(_group_kind(g.spec) for g in stage.groups)
     return Pool(SchedulerSettings(num_blocks, groups, 0, prepared.max_num_batched_tokens, 0), stage.bytes_per_block,
-                min(budgets), fit.kv_budget_source)
+                min(budgets), fit.kv_budget_source, kinds)
 
 
 def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workload, *, users: int | None = None,
@@ -377,9 +451,9 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
     prefix = opts.get("enable_prefix_caching") is not False
     settings = replace(base_pool.settings, max_num_seqs=seqs, max_model_len=mml, prefix_caching=prefix)
     pool = replace(base_pool, settings=settings)
-    if pool.usable_blocks < pool.request_blocks(min(longest, mml)):
+    if pool.usable_blocks < pool.admission_blocks(min(longest, mml)):
         raise InputError(f"the pool holds {pool.usable_blocks:,} blocks; the longest request needs "
-                         f"{pool.request_blocks(longest):,}: vLLM would not start with this max_model_len")
+                         f"{pool.admission_blocks(min(longest, mml)):,}: vLLM would not start with this max_model_len")
     assumptions = [
         f"KV pool: {settings.num_blocks:,} blocks of {pool.bytes_per_block:,} B ({fit.kv_budget_source} budget "
         f"{pool.kv_budget_bytes:,} B per GPU), max_num_seqs {seqs}, max_num_batched_tokens {settings.max_num_batched_tokens:,}, "
@@ -388,9 +462,7 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
         "sequence must fit at admission, recompute preemption); checked step by step against vLLM's CPU build",
     ]
     warnings = list(fit.warnings)
-    if not all(g.caches_prefix for g in settings.groups):
-        assumptions.append("sliding-window / state groups hold vLLM's per-request reservation for their length; "
-                           "prefix sharing is not replayed for them (replay checked on full attention only)")
+    assumptions += replay_notes(pool)
     if s.prepared.async_on:
         assumptions.append("vLLM on GPUs schedules asynchronously (one token ahead); the replay is synchronous, "
                            "as vLLM's CPU build where it was checked")
@@ -569,9 +641,9 @@ def latency_stats(trace: Trace, reqs: list[SimRequest], rate: float | None,
 def static_comparison(pool: Pool, workload: Workload, mean_blocks: float) -> dict[str, Any] | None:
     """Paged blocks against a static cache (transformers' StaticCache: every slot reserves the longest request):
     the share of reserved tokens a request does not use on average over its decode, and the requests each layout
-    holds at once in the same pool. Full/latent attention pools only (a token per slot per block)."""
+    holds at once in the same pool. Full/latent attention pools only (a token per slot per block; no windows)."""
     groups = pool.settings.groups
-    if not all(g.caches_prefix and g.tokens_per_block for g in groups):
+    if not all(g.caches_prefix and g.tokens_per_block and not g.window for g in groups):
         return None
     per_block_tokens = groups[0].tokens_per_block
     mean_tokens = sum(r.prompt + r.output / 2 for r in workload.requests) / len(workload.requests)

@@ -138,8 +138,8 @@ def test_bad_request_files(tmp_path):
 
 def test_hybrid_and_sliding_layouts_plan_with_their_caveat():
     out = plan("gpt-oss-20b", "--gpu", "H100", *SMALL, "--json")
-    assert out["pool"]["kv_groups"] >= 2
-    assert any("sliding-window / state groups" in a for a in out["assumptions"])
+    assert out["pool"]["kv_groups"] >= 2 and out["pool"]["prefix_caching"] is True
+    assert any("sliding-window groups replayed" in a and "window 128 tokens" in a for a in out["assumptions"])
 
 
 def test_table_output_names_the_bound():

@@ -3,7 +3,7 @@ imports nothing from kvplan.
 
 ``python vllm_sched_child.py SPEC.json OUT.jsonl``: SPEC is a list of engines, each {kwargs, mixes}; for each
 engine ``LLM(**kwargs)`` starts once and every mix (a list of [prompt, output] lengths, an optional shared prefix)
-is generated with ``ignore_eos`` so each request produces exactly its output length. The child only observes:
+is generated with ``ignore_eos`` so each request produces exactly its output length, from an empty prefix cache. The child only observes:
 ``Scheduler.schedule`` and ``Scheduler._preempt_request`` are wrapped to record, after every scheduling step, the
 running and waiting queue lengths, the free blocks and the tokens scheduled, and every preemption (step, request).
 One JSON line per mix is appended to OUT.
@@ -52,8 +52,17 @@ def main(spec_path: str, out_path: str) -> int:
                     "chunked_prefill": sched.scheduler_config.enable_chunked_prefill,
                     "prefix_caching": sched.cache_config.enable_prefix_caching,
                     "async_scheduling": bool(sched.scheduler_config.async_scheduling),
-                    "block_size": sched.cache_config.block_size}
+                    "block_size": sched.cache_config.block_size,
+                    "max_in_flight_tokens": llm.llm_engine.vllm_config.max_in_flight_tokens,
+                    # the KV cache groups in the coordinator's order: [spec class, block size, window or null]
+                    "groups": [[type(g.kv_cache_spec).__name__, g.kv_cache_spec.block_size,
+                                getattr(g.kv_cache_spec, "sliding_window", None)]
+                               for g in sched.kv_cache_config.kv_cache_groups],
+                    "mamba_cache_mode": sched.cache_config.mamba_cache_mode}
         for mix in eng["mixes"]:
+            # an empty prefix cache per mix (the replay starts from one): blocks an earlier mix cached stay
+            # hashed in the free queue, and mixes drawn from the same seed share their first tokens
+            settings["prefix_cache_reset"] = bool(llm.reset_prefix_cache())
             log["steps"], log["preempted"] = [], []
             rng = random.Random(mix.get("seed", 0))
             prefix = [rng.randrange(1, 250) for _ in range(mix.get("shared_prefix", 0))]
