@@ -1,3 +1,3 @@
-from kvplan.cli import run
+from kvplan.entry import run
 
 run()

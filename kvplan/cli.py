@@ -7,7 +7,6 @@ that ran and failed, 2 bad input or environment.
 from __future__ import annotations
 
 import copy
-import gc
 import json
 import os
 import sys
@@ -746,22 +745,6 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         sys.stdout = stdout
     sys.exit(0)
-
-
-def run() -> None:
-    """The console script (and `python -m kvplan`): main() for this process's arguments, without the cyclic
-    garbage collector. A run is short and makes almost no reference cycles, but it builds tens of thousands of
-    small objects (weight parts over the catalog), and the collector kept rescanning them: a fifth of `kvplan fit
-    --gpu 24GB`'s run here. On the way out the objects still alive are frozen out of the collector, so the
-    interpreter's exit does not run full collections over all of typer, rich and kvplan (about 35 ms of a cold
-    `kvplan size`) to free memory the operating system takes back anyway. atexit handlers, flushes, and the
-    finalizers of objects freed by reference counting still run; explicit gc.collect() calls (verify's
-    allocation checks) still collect."""
-    gc.disable()
-    try:
-        main()
-    finally:
-        gc.freeze()
 
 
 def _click_command(args: list[str]) -> Any:

@@ -104,3 +104,20 @@ def test_h_is_help_everywhere_and_version_names_the_stack():
 
 def test_top_level_help_states_the_exit_codes():
     assert "130 interrupted" in " ".join(run_cli("--help").out.split())
+
+
+def test_the_console_entry_runs_main_without_the_collector_and_freezes_it_after():
+    """kvplan.entry.run (the `kvplan` script, `python -m kvplan`): the cyclic collector is off from before kvplan.cli
+    is imported, main's exit code passes through, and what is alive at the end is frozen (no full collection at
+    exit). Library callers of cli.main keep the collector."""
+    code = ("import gc, sys\n"
+            "import kvplan.entry as entry\n"
+            "assert 'kvplan.cli' not in sys.modules and gc.isenabled()\n"
+            "import kvplan.cli as cli\n"
+            "def fake():\n"
+            "    print('enabled', gc.isenabled())\n"
+            "    sys.exit(2)\n"
+            "cli.main = fake\n"
+            "try:\n    entry.run()\nexcept SystemExit as e:\n    print('exit', e.code, 'frozen', gc.get_freeze_count() > 0)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["enabled", "False", "exit", "2", "frozen", "True"], out.stderr

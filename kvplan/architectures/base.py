@@ -7,7 +7,7 @@ only what several families share.
 from __future__ import annotations
 
 import reprlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from kvplan import dtypes
@@ -277,8 +277,9 @@ def router(layer: int, hidden: int, n: int, *, bias: bool = False, name: str = "
 
 
 def in_part(parts: list[WeightPart], part: str) -> list[WeightPart]:
-    """The same weights attributed to another part (vision, encoder, mtp)."""
-    return [replace(w, part=part) for w in parts]
+    """The same weights attributed to another part (vision, encoder, mtp); built directly, as dataclasses.replace
+    inspects the fields anew for each of thousands of parts."""
+    return [WeightPart(w.name, w.shape, w.role, part, w.split, w.layer, w.count, w.stored_bytes) for w in parts]
 
 
 def decoder_layer_norms(layer: int, hidden: int, count: int, *, bias: bool = False) -> list[WeightPart]:
