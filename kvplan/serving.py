@@ -334,18 +334,6 @@ def _windows_share_prefix(stage) -> bool:
             and len({sp.block_size for sp in specs}) == 1)
 
 
-def _group_kind(spec) -> str:
-    from kvplan.engines import vllm
-
-    if type(spec) in (vllm.FullSpec, vllm.MLASpec):
-        return "full"
-    if type(spec) is vllm.SlidingSpec:
-        return "sliding"
-    if type(spec) is vllm.MambaSpec:
-        return "state-align" if spec.state_blocks > 1 else "state"
-    return "chunked" if type(spec) is vllm.ChunkedSpec else "cross"
-
-
 def replay_notes(pool: Pool) -> list[str]:
     """What the replay does with each kind of group, and what it leaves to vLLM's reservation."""
     kinds, s = set(pool.kinds), pool.settings
@@ -380,17 +368,24 @@ def replay_notes(pool: Pool) -> list[str]:
     return notes
 
 
-def _pool_group(spec, inflight: int, windows_cache: bool) -> PoolGroup:
-    """One vLLM KV cache group as the replay sees it: full/latent attention grows a block per block_size tokens,
-    a sliding window also frees the blocks behind it, anything else (state, chunked local, cross attention) holds
-    its per-request reservation (MambaManager in mode 'none': one block from admission to the end)."""
+def _replay_group(spec, inflight: int, windows_cache: bool) -> tuple[PoolGroup, str]:
+    """One vLLM KV cache group as the replay sees it, and its kind for the output (Pool.kinds): full/latent
+    attention grows a block per block_size tokens, a sliding window also frees the blocks behind it, anything else
+    (state, chunked local, cross attention) holds its per-request reservation (MambaManager in mode 'none': one
+    block from admission to the end)."""
     from kvplan.engines import vllm
 
     if type(spec) in (vllm.FullSpec, vllm.MLASpec):
-        return paged_group(spec.block_size, spec.shards, spec.shards == 1)
+        return paged_group(spec.block_size, spec.shards, spec.shards == 1), "full"
     if type(spec) is vllm.SlidingSpec and spec.per_state == 1 and not spec.align:
-        return sliding_group(spec.block_size, spec.window, inflight, windows_cache)
-    return PoolGroup(spec.block_size, lambda n, sp=spec: sp.blocks(n, inflight), False)
+        return sliding_group(spec.block_size, spec.window, inflight, windows_cache), "sliding"
+    if type(spec) is vllm.SlidingSpec:
+        kind = "sliding"
+    elif type(spec) is vllm.MambaSpec:
+        kind = "state-align" if spec.state_blocks > 1 else "state"
+    else:
+        kind = "chunked" if type(spec) is vllm.ChunkedSpec else "cross"
+    return PoolGroup(spec.block_size, lambda n, sp=spec: sp.blocks(n, inflight), False), kind
 
 
 def _pool(fit) -> Pool:
@@ -411,8 +406,8 @@ def _pool(fit) -> Pool:
         groups = (PoolGroup(stage.block_size, lambda n: stage.blocks_per_request(n, inflight), True),)
         kinds = ("full",)
     else:
-        groups = tuple(_pool_group(g.spec, inflight, _windows_share_prefix(stage)) for g in stage.groups)
-        kinds = tuple(_group_kind(g.spec) for g in stage.groups)
+        share = _windows_share_prefix(stage)
+        groups, kinds = zip(*(_replay_group(g.spec, inflight, share) for g in stage.groups))
     return Pool(SchedulerSettings(num_blocks, groups, 0, prepared.max_num_batched_tokens, 0), stage.bytes_per_block,
                 min(budgets), fit.kv_budget_source, kinds)
 
