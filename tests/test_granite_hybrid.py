@@ -9,8 +9,6 @@ figures below are vLLM's mamba2_state_shape arithmetic written out (model_execut
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from conftest import kvjson, run_cli, write_config
@@ -53,18 +51,13 @@ CONFIGS = {
     # Granite-4.0 dense (micro): every layer attention, no experts, only the shared MLP, rope, untied head
     "granite-4.0-dense-rope": lambda: granite(num_hidden_layers=4, layer_types=["attention"] * 4, num_local_experts=0,
                                               position_embedding_type="rope", tie_word_embeddings=False),
-    # no layer_types: the class default is every layer Mamba-2; mamba_d_head 'auto' = 2 x 256 / 8
-    "granite-all-mamba-auto-head": lambda: {k: v for k, v in granite(mamba_d_head="auto").items() if k != "layer_types"},
-    "granite-biases-groups": lambda: granite(attention_bias=True, mamba_proj_bias=True, mamba_conv_bias=False,
-                                             mamba_n_groups=2, shared_intermediate_size=0),
+    # mamba_d_head 'auto' = 2 x 256 / 8; transformers' own layer_types names
+    "granite-biases-groups-auto-head": lambda: granite(
+        attention_bias=True, mamba_proj_bias=True, mamba_conv_bias=False, mamba_n_groups=2, shared_intermediate_size=0,
+        mamba_d_head="auto", layer_types=["linear_attention", "full_attention"] * 4),
     "bamba": lambda: bamba(),
     "bamba-mlp-bias-untied-kv8": lambda: bamba(mlp_bias=True, num_key_value_heads=None, num_attention_heads=8),
 }
-
-
-# transformers 5.24 cannot run a forward with no attention layer (cache_utils.py get_seq_length: "can only be called
-# on Attention layers"): parameters only
-NO_FORWARD = {"granite-all-mamba-auto-head"}
 
 
 @pytest.mark.parametrize("name", sorted(CONFIGS))
@@ -76,9 +69,6 @@ def test_params_and_cache_equal_transformers(name, tmp_path):
     truth = oracle.hf_param_counts(config)
     r = size(ModelOptions(path), EngineOptions(engine="hf", kv_dtype="fp16"), 16, batch=2)
     assert r.setup.spec.params == truth["params"]
-    if name in NO_FORWARD:
-        assert {c.kind for _, c in r.setup.spec.caches} == {"mamba_state"}
-        return
     for ctx in (16, 300):
         t = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")["total"]
         got = size(ModelOptions(path), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2).plan.kv_bytes
@@ -93,6 +83,14 @@ def test_vllm_state_page_is_mamba2_state_shape(tmp_path):
     d = kvjson("size", write_config(tmp_path, "g", granite()), "--engine", "vllm@0.32", "--ctx", "1024")
     assert d["kv_bytes_per_token"] == 2 * 2 * 64 * 2 * 2
     assert any("135,680 B" in a for a in d["assumptions"]), d["assumptions"]
+
+
+def test_sglang_state_is_its_mamba2_cache_params(tmp_path):
+    """SGLang 0.5.10 (configs/granitemoehybrid.py mamba2_cache_params -> Mamba2StateShape of the 'mamba' layers):
+    conv (d_conv - 1) x conv_dim in bf16 + SSM heads x head_dim x d_state in fp32 (--mamba-ssm-dtype default):
+    4,608 + 8 x 64 x 128 x 4 = 266,752 B per request and Mamba layer, 6 layers."""
+    d = kvjson("size", write_config(tmp_path, "g", granite()), "--engine", "sglang", "--ctx", "1024")
+    assert {g["kind"]: g["bytes"] for g in d["groups"]}["mamba_state"] == 6 * (3 * (512 + 256) * 2 + 8 * 64 * 128 * 4)
 
 
 def test_layer_types_and_head_dim_refusals_are_one_line(tmp_path):
@@ -110,6 +108,10 @@ def test_layer_types_and_head_dim_refusals_are_one_line(tmp_path):
     assert r.code == 2 and "mamba_d_head 32" in r.err and len(r.err.strip().splitlines()) == 1, r.err
     r = run_cli("size", write_config(tmp_path, "e", {**bamba(), "attn_layer_indices": [2, 8]}), "--ctx", "1024")
     assert r.code == 2 and "attn_layer_indices" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    # no layer_types: transformers / vLLM make every layer Mamba-2, SGLang's own config class every 6th attention
+    r = run_cli("size", write_config(tmp_path, "f", {k: v for k, v in granite().items() if k != "layer_types"}),
+                "--ctx", "1024")
+    assert r.code == 2 and "needs layer_types" in r.err and len(r.err.strip().splitlines()) == 1, r.err
 
 
 def test_rope_table_only_for_rope_granite(tmp_path):
@@ -121,9 +123,21 @@ def test_rope_table_only_for_rope_granite(tmp_path):
     assert len(rope.rope_tables) == 1 and rope.rope_tables[0].dim == 64
 
 
-def test_bamba_is_refused_by_vllm_0_32(tmp_path):
-    """vLLM dropped BambaForCausalLM in 0.23 (model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS)."""
-    path = write_config(tmp_path, "b", bamba())
-    r = run_cli("size", path, "--engine", "vllm@0.32", "--ctx", "1024")
-    assert r.code == 2 and "Bamba" in r.err and len(r.err.strip().splitlines()) == 1, r.err
-    assert json.loads(run_cli("size", path, "--engine", "hf", "--ctx", "1024", "--json").out)["kv_bytes"] > 0
+@pytest.mark.parametrize("engine, family, says", [
+    # vLLM dropped BambaForCausalLM in 0.23 (model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS)
+    ("vllm@0.32", "bamba", "removed in vLLM 0.23"),
+    ("sglang", "bamba", "no BambaForCausalLM"),
+    ("trtllm", "bamba", "not modelled"),
+    ("trtllm", "granite", "not modelled"),
+])
+def test_engines_without_the_family_refuse_in_one_line(tmp_path, engine, family, says):
+    path = write_config(tmp_path, family, bamba() if family == "bamba" else granite())
+    r = run_cli("size", path, "--engine", engine, "--ctx", "1024")
+    assert r.code == 2 and says in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+def test_engines_that_run_them_size_them(tmp_path):
+    for engine in ("vllm@0.22", "hf", "llamacpp"):
+        assert kvjson("size", write_config(tmp_path, "b", bamba()), "--engine", engine, "--ctx", "1024")["kv_bytes"] > 0
+    for engine in ("vllm", "sglang", "hf", "llamacpp"):
+        assert kvjson("size", write_config(tmp_path, "g", granite()), "--engine", engine, "--ctx", "1024")["kv_bytes"] > 0

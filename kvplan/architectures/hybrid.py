@@ -356,7 +356,7 @@ _GRANITE_HYBRID_BLOCKS = {"mamba": "mamba", "linear_attention": "mamba", "attent
 
 def granite_hybrid(top: Cfg, c: Cfg):
     """GraniteMoeHybridForCausalLM (Granite-4.0-H and Granite-4.0 dense): layer_types (legacy mamba / attention,
-    remapped by transformers to linear_attention / full_attention; absent = every layer Mamba-2, the class default)
+    remapped by transformers to linear_attention / full_attention; required, as the engines' defaults differ)
     picks a Mamba-2 mixer or attention; every layer then has a MoE block when num_local_experts > 0 (router +
     gated experts of intermediate_size) and the gated shared_mlp of shared_intermediate_size (vLLM builds none at 0,
     transformers an empty one: no weights either way). Attention head_dim is hidden_size / heads in vLLM
@@ -365,7 +365,8 @@ def granite_hybrid(top: Cfg, c: Cfg):
     n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
     blocks = c.raw.get("layer_types")
     if blocks is None:
-        blocks = ["mamba"] * n
+        raise ConfigError(f"{c.where}: a granitemoehybrid config needs layer_types: without it transformers and vLLM "
+                          "make every layer Mamba-2 and SGLang every 6th layer attention")
     if not isinstance(blocks, list) or len(blocks) != n or any(b not in _GRANITE_HYBRID_BLOCKS for b in blocks):
         found = f"{len(blocks)} entries" if isinstance(blocks, list) and len(blocks) != n else base.brief(blocks)
         raise ConfigError(f"{c.where}: layer_types must list {n} of {', '.join(_GRANITE_HYBRID_BLOCKS)}, found {found}")
