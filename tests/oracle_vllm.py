@@ -253,6 +253,18 @@ MODELS: dict[str, Model] = {
         "attention_bias": False, "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
         "attention_multiplier": 0.0078125, "logits_scaling": 6.0, "tie_word_embeddings": True,
         "torch_dtype": "bfloat16"}, llm_extra=SSM32),
+    # Granite-4.0 dense (micro's kind: model_type granitemoehybrid, every layer attention, no experts, the shared MLP
+    # only, rope): vLLM's rotary table is built only for position_embedding_type 'rope'
+    "granite-4.0-dense": Model(None, {}, "4 attention layers (4/2 x 64), rope, shared MLP only", raw={
+        "architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid", "hidden_size": 256,
+        "num_hidden_layers": 4, "layer_types": ["attention"] * 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "intermediate_size": SCALED_FFN, "shared_intermediate_size": SCALED_FFN, "num_local_experts": 0,
+        "num_experts_per_tok": 0, "mamba_n_heads": 8, "mamba_d_head": 64, "mamba_n_groups": 1, "mamba_d_state": 128,
+        "mamba_d_conv": 4, "mamba_expand": 2, "position_embedding_type": "rope", "rope_theta": 10000000.0,
+        "max_position_embeddings": 131072, "vocab_size": SCALED_VOCAB, "pad_token_id": 0, "bos_token_id": 0,
+        "eos_token_id": 0, "rms_norm_eps": 1e-5, "hidden_act": "silu", "attention_bias": False,
+        "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.015625,
+        "logits_scaling": 8.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16"}),
     # Nemotron-3: MoE layers ('E', relu2 experts + shared expert) between Mamba-2 and attention; Ultra's latent MoE
     # and its layers_block_type list (no num_hidden_layers key)
     "nemotron-3-nano": Model("nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", {
