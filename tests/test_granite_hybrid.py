@@ -56,7 +56,10 @@ CONFIGS = {
         attention_bias=True, mamba_proj_bias=True, mamba_conv_bias=False, mamba_n_groups=2, shared_intermediate_size=0,
         mamba_d_head="auto", layer_types=["linear_attention", "full_attention"] * 4),
     "bamba": lambda: bamba(),
-    "bamba-mlp-bias-untied-kv8": lambda: bamba(mlp_bias=True, num_key_value_heads=None, num_attention_heads=8),
+    # null KV heads: BambaConfig makes them num_attention_heads (16 x 16 here, not the default 8)
+    "bamba-mlp-bias-kv-null": lambda: {**bamba(mlp_bias=True, num_attention_heads=16), "num_key_value_heads": None},
+    # no KV-heads key: BambaConfig's default 8 (of 16 heads x 16)
+    "bamba-kv-absent": lambda: {k: v for k, v in bamba(num_attention_heads=16).items() if k != "num_key_value_heads"},
 }
 
 

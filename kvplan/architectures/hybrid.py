@@ -406,8 +406,8 @@ def granite_hybrid(top: Cfg, c: Cfg):
 
 def bamba(top: Cfg, c: Cfg):
     """BambaForCausalLM (transformers models/bamba): attention on the layers listed in attn_layer_indices, Mamba-2
-    elsewhere (none listed: every layer Mamba-2); a gated MLP (mlp_bias) on every layer. KV heads default to 8
-    (BambaConfig), head_dim is a head_dim key else hidden_size / heads."""
+    elsewhere (none listed: every layer Mamba-2); a gated MLP (mlp_bias) on every layer. KV heads: 8 when the key is
+    absent, num_attention_heads when null (BambaConfig), head_dim is a head_dim key else hidden_size / heads."""
     c.need_all("hidden_size", "vocab_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
     attn = c.raw.get("attn_layer_indices") or []
@@ -415,7 +415,8 @@ def bamba(top: Cfg, c: Cfg):
         raise ConfigError(f"{c.where}: attn_layer_indices must name layers 0..{n - 1}, found {base.brief(attn)}")
     heads = c.need_int("num_attention_heads")
     head_dim = int(c.get("head_dim", default=h // heads))
-    dims = base.AttnDims(heads, int(c.get("num_key_value_heads", default=8)), head_dim, head_dim)
+    kv = c.raw.get("num_key_value_heads", 8)  # BambaConfig: absent = 8, null = num_attention_heads
+    dims = base.AttnDims(heads, heads if kv is None else int(kv), head_dim, head_dim)
     attn_cache = FullAttention(dims.kv_heads, head_dim, head_dim)
     bias, mlp_bias = bool(c.get("attention_bias", default=False)), bool(c.get("mlp_bias", default=False))
     inter = c.need_int("intermediate_size")
