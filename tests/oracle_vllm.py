@@ -237,6 +237,34 @@ MODELS: dict[str, Model] = {
         "mamba_num_heads": 16, "n_groups": 2},
         "24 layers of the real pattern: 11 Mamba-2 (16 heads x 64 x state 256, 2 groups) + 2 attention (64/8 x 128) + 11 MLP",
         llm_extra=SSM32),
+    # Granite-4.0-H (no bundled config): Granite-4.0-H-Tiny's pattern and state geometry (5 Mamba-2 per attention
+    # layer; 48 x 64 heads scaled to 8 x 64 at width 256, state 128, 1 group; attention 12/4 scaled to 4/2 x 64),
+    # NoPE, MoE of 4 gated experts + the shared MLP, legacy layer_types names as the Hub files write them
+    "granite-4.0-h": Model(None, {}, "8 layers: 6 Mamba-2 (8 heads x 64 x state 128, 1 group) + 2 NoPE attention "
+                           "(4/2 x 64), MoE + shared MLP", raw={
+        "architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid", "hidden_size": 256,
+        "num_hidden_layers": 8, "layer_types": ["mamba"] * 5 + ["attention"] + ["mamba", "attention"],
+        "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": SCALED_FFN,
+        "shared_intermediate_size": SCALED_FFN, "num_local_experts": SCALED_EXPERTS, "num_experts_per_tok": SCALED_TOPK,
+        "mamba_n_heads": 8, "mamba_d_head": 64, "mamba_n_groups": 1, "mamba_d_state": 128, "mamba_d_conv": 4,
+        "mamba_expand": 2, "mamba_chunk_size": 256, "mamba_conv_bias": True, "mamba_proj_bias": False,
+        "position_embedding_type": "nope", "max_position_embeddings": 131072, "vocab_size": SCALED_VOCAB,
+        "pad_token_id": 0, "bos_token_id": 0, "eos_token_id": 0, "rms_norm_eps": 1e-5, "hidden_act": "silu",
+        "attention_bias": False, "embedding_multiplier": 12.0, "residual_multiplier": 0.22,
+        "attention_multiplier": 0.0078125, "logits_scaling": 6.0, "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16"}, llm_extra=SSM32),
+    # Granite-4.0 dense (micro's kind: model_type granitemoehybrid, every layer attention, no experts, the shared MLP
+    # only, rope): vLLM's rotary table is built only for position_embedding_type 'rope'
+    "granite-4.0-dense": Model(None, {}, "4 attention layers (4/2 x 64), rope, shared MLP only", raw={
+        "architectures": ["GraniteMoeHybridForCausalLM"], "model_type": "granitemoehybrid", "hidden_size": 256,
+        "num_hidden_layers": 4, "layer_types": ["attention"] * 4, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "intermediate_size": SCALED_FFN, "shared_intermediate_size": SCALED_FFN, "num_local_experts": 0,
+        "num_experts_per_tok": 0, "mamba_n_heads": 8, "mamba_d_head": 64, "mamba_n_groups": 1, "mamba_d_state": 128,
+        "mamba_d_conv": 4, "mamba_expand": 2, "position_embedding_type": "rope", "rope_theta": 10000000.0,
+        "max_position_embeddings": 131072, "vocab_size": SCALED_VOCAB, "pad_token_id": 0, "bos_token_id": 0,
+        "eos_token_id": 0, "rms_norm_eps": 1e-5, "hidden_act": "silu", "attention_bias": False,
+        "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "attention_multiplier": 0.015625,
+        "logits_scaling": 8.0, "tie_word_embeddings": True, "torch_dtype": "bfloat16"}),
     # Nemotron-3: MoE layers ('E', relu2 experts + shared expert) between Mamba-2 and attention; Ultra's latent MoE
     # and its layers_block_type list (no num_hidden_layers key)
     "nemotron-3-nano": Model("nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16", {
@@ -396,7 +424,7 @@ def _variations() -> list[Case]:
         Case("gemma-2-9b", block_size=16), Case("gemma-2-9b", block_size=32),
         Case("mistral-7b-v0.1", block_size=16), Case("gpt-oss-20b", block_size=32),
         Case("jamba", block_size=16), Case("jamba", block_size=32),
-        Case("nemotron-h", block_size=32), Case("qwen3-next", block_size=32),
+        Case("nemotron-h", block_size=32), Case("qwen3-next", block_size=32), Case("granite-4.0-h", block_size=32),
         Case("deepseek-v2-lite", block_size=128),
         # max_model_len
         Case("llama-3.1-8b", max_model_len=2048), Case("llama-3.1-8b", max_model_len=8192),
@@ -421,7 +449,7 @@ def _variations() -> list[Case]:
         Case("llama-4-scout", max_model_len=16384, disable_hybrid=True), Case("jamba", disable_hybrid=True),
         # Mamba / linear-attention state dtypes: conv and SSM both float32 (kvplan --state-dtype fp32 says the same)
         *[Case(m, tag="state32", extra=STATE32, kvplan_extra=("--state-dtype", "fp32"))
-          for m in ("mamba", "mamba2", "jamba", "nemotron-h", "qwen3-next")],
+          for m in ("mamba", "mamba2", "jamba", "nemotron-h", "qwen3-next", "granite-4.0-h")],
         Case("jamba", tag="state32-noprefix", extra=STATE32 + (("enable_prefix_caching", False),),
              kvplan_extra=("--state-dtype", "fp32")),
         # Gated DeltaNet keeps a bf16 SSM state on CPU when asked (the accelerated 'gdn' backend): all state in bf16

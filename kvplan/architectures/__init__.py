@@ -43,6 +43,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("mamba2", _mt("mamba2"), hybrid.mamba2),
     Family("jamba", _mt("jamba"), hybrid.jamba),
     Family("nemotron-h", _mt("nemotron_h"), hybrid.nemotron_h),
+    Family("granite-hybrid", _mt("granitemoehybrid"), hybrid.granite_hybrid),
+    Family("bamba", _mt("bamba"), hybrid.bamba),
     Family("qwen3-next", _mt("qwen3_next"), hybrid.qwen3_next),
     Family("qwen3.5", _mt("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"), hybrid.qwen3_5),
     Family("falcon", _mt("falcon", "RefinedWeb", "RefinedWebModel"), classic.falcon),

@@ -1,7 +1,8 @@
 """State-space and hybrid models: only their attention layers hold a growing KV cache.
 
 mamba (state only), mamba2, jamba (attn_layer_period/offset), nemotron-h (hybrid_override_pattern),
-qwen3-next and qwen3.5 (full_attention_interval / layer_types, Gated DeltaNet linear attention).
+qwen3-next and qwen3.5 (full_attention_interval / layer_types, Gated DeltaNet linear attention), Granite-4.0-H
+(granitemoehybrid: layer_types) and Bamba (attn_layer_indices), Mamba-2 + attention.
 """
 
 from __future__ import annotations
@@ -319,3 +320,119 @@ def qwen3_5(top: Cfg, c: Cfg):
         c.need_all("intermediate_size")
     experts = c.need_int("num_experts") if moe else 0
     return _gdn_hybrid(top, c, split_projections=True, moe_on_layer=lambda i: experts)
+
+
+# ---------------------------------------------------------------------------------------------- Granite-4.0-H, Bamba
+def _ibm_mamba2(c: Cfg, hidden: int) -> tuple[int, int, int, int, int]:
+    """The mamba_* fields GraniteMoeHybridConfig and BambaConfig share (transformers 5.24 class defaults): heads,
+    head_dim ('auto' = mamba_expand * hidden // heads), groups, d_state, d_conv. Both engines size the mixer's inner
+    width as mamba_expand * hidden and transformers refuses heads * head_dim != that width: so does kvplan."""
+    heads, inner = int(c.get("mamba_n_heads", default=128)), int(c.get("mamba_expand", default=2)) * hidden
+    head_dim = c.get("mamba_d_head", default="auto")
+    head_dim = inner // heads if head_dim == "auto" else int(head_dim)
+    if heads * head_dim != inner:
+        raise ConfigError(f"{c.where}: mamba_n_heads {heads} x mamba_d_head {head_dim} must equal mamba_expand x "
+                          f"hidden_size = {inner} (transformers refuses such a config)")
+    return (heads, head_dim, int(c.get("mamba_n_groups", default=1)), int(c.get("mamba_d_state", default=256)),
+            int(c.get("mamba_d_conv", default=4)))
+
+
+def _ibm_hybrid_layers(c: Cfg, hidden: int, mixer_prefix: str):
+    """Per layer: a Mamba-2 mixer (MambaState) or attention (FullAttention) and its weights; the rest of the
+    decoder layer is the caller's."""
+    heads, head_dim, groups, state, kernel = _ibm_mamba2(c, hidden)
+    state_cache = MambaState(heads * head_dim + 2 * groups * state, kernel, (heads, head_dim, state))
+    proj_bias, conv_bias = bool(c.get("mamba_proj_bias", default=False)), bool(c.get("mamba_conv_bias", default=True))
+
+    def mamba_layer(i: int):
+        return state_cache, _mamba2_mixer(i, hidden, heads, head_dim, groups, state, kernel, proj_bias=proj_bias,
+                                          conv_bias=conv_bias, prefix=mixer_prefix)
+    return mamba_layer
+
+
+_GRANITE_HYBRID_BLOCKS = {"mamba": "mamba", "linear_attention": "mamba", "attention": "attention",
+                          "full_attention": "attention"}
+
+
+def granite_hybrid(top: Cfg, c: Cfg):
+    """GraniteMoeHybridForCausalLM (Granite-4.0-H and Granite-4.0 dense): layer_types (legacy mamba / attention,
+    remapped by transformers to linear_attention / full_attention; required, as the engines' defaults differ)
+    picks a Mamba-2 mixer or attention; every layer then has a MoE block when num_local_experts > 0 (router +
+    gated experts of intermediate_size) and the gated shared_mlp of shared_intermediate_size (vLLM builds none at 0,
+    transformers an empty one: no weights either way). Attention head_dim is hidden_size / heads in vLLM
+    (models/granitemoehybrid.py), which ignores a head_dim key; transformers reads one: refused when they differ."""
+    c.need_all("hidden_size", "vocab_size", "num_hidden_layers", "num_attention_heads")
+    n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
+    blocks = c.raw.get("layer_types")
+    if blocks is None:
+        raise ConfigError(f"{c.where}: a granitemoehybrid config needs layer_types: without it transformers and vLLM "
+                          "make every layer Mamba-2 and SGLang every 6th layer attention")
+    if not isinstance(blocks, list) or len(blocks) != n or any(b not in _GRANITE_HYBRID_BLOCKS for b in blocks):
+        found = f"{len(blocks)} entries" if isinstance(blocks, list) and len(blocks) != n else base.brief(blocks)
+        raise ConfigError(f"{c.where}: layer_types must list {n} of {', '.join(_GRANITE_HYBRID_BLOCKS)}, found {found}")
+    heads = c.need_int("num_attention_heads")
+    head_dim = h // heads
+    if c.get("head_dim") is not None and int(c.get("head_dim")) != head_dim:
+        raise ConfigError(f"{c.where}: head_dim {c.get('head_dim')} differs from hidden_size / num_attention_heads = "
+                          f"{head_dim}, which vLLM's GraniteMoeHybrid attention uses (transformers reads head_dim): "
+                          "the engines would build different models")
+    dims = base.AttnDims(heads, int(c.get("num_key_value_heads", default=heads)), head_dim, head_dim)
+    attn_cache = FullAttention(dims.kv_heads, head_dim, head_dim)
+    bias = bool(c.get("attention_bias", default=False))
+    experts, shared = int(c.get("num_local_experts", default=8)), int(c.get("shared_intermediate_size", default=1024))
+    inter = int(c.get("intermediate_size", default=11008))
+    mamba_layer = _ibm_hybrid_layers(c, h, "mamba") if "mamba" in {_GRANITE_HYBRID_BLOCKS[b] for b in blocks} else None
+    caches, weights = [], [base.embedding(vocab, h)]
+    for i, b in enumerate(blocks):
+        if _GRANITE_HYBRID_BLOCKS[b] == "mamba":
+            cache, parts = mamba_layer(i)
+            caches.append((i, cache))
+            weights += parts
+        else:
+            caches.append((i, attn_cache))
+            weights += base.attention_block(i, h, dims, qkv_bias=bias, o_bias=bias)
+        if experts > 0:
+            weights += base.router(i, h, experts, name="block_sparse_moe.router")
+            weights += base.experts(i, h, inter, experts, prefix="block_sparse_moe.experts")
+        if shared:
+            weights += base.linear("shared_mlp.input_linear", h, 2 * shared, layer=i)
+            weights += base.linear("shared_mlp.output_linear", shared, h, split="row", layer=i)
+        weights += base.decoder_layer_norms(i, h, 2)
+    weights += base.norm("norm", h)
+    is_tied = base.tied(top, c, False)
+    weights += base.lm_head(vocab, h, is_tied)
+    return caches, weights, is_tied
+
+
+def bamba(top: Cfg, c: Cfg):
+    """BambaForCausalLM (transformers models/bamba): attention on the layers listed in attn_layer_indices, Mamba-2
+    elsewhere (none listed: every layer Mamba-2); a gated MLP (mlp_bias) on every layer. KV heads: 8 when the key is
+    absent, num_attention_heads when null (BambaConfig), head_dim is a head_dim key else hidden_size / heads."""
+    c.need_all("hidden_size", "vocab_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
+    attn = c.raw.get("attn_layer_indices") or []
+    if any(not 0 <= i < n for i in attn):
+        raise ConfigError(f"{c.where}: attn_layer_indices must name layers 0..{n - 1}, found {base.brief(attn)}")
+    heads = c.need_int("num_attention_heads")
+    head_dim = int(c.get("head_dim", default=h // heads))
+    kv = c.raw.get("num_key_value_heads", 8)  # BambaConfig: absent = 8, null = num_attention_heads
+    dims = base.AttnDims(heads, heads if kv is None else int(kv), head_dim, head_dim)
+    attn_cache = FullAttention(dims.kv_heads, head_dim, head_dim)
+    bias, mlp_bias = bool(c.get("attention_bias", default=False)), bool(c.get("mlp_bias", default=False))
+    inter = c.need_int("intermediate_size")
+    mamba_layer = _ibm_hybrid_layers(c, h, "mamba") if len(set(attn)) < n else None
+    caches, weights = [], [base.embedding(vocab, h)]
+    for i in range(n):
+        if i in attn:
+            caches.append((i, attn_cache))
+            weights += base.attention_block(i, h, dims, qkv_bias=bias, o_bias=bias)
+        else:
+            cache, parts = mamba_layer(i)
+            caches.append((i, cache))
+            weights += parts
+        weights += base.gated_mlp(i, h, inter, bias=mlp_bias, prefix="feed_forward")
+        weights += base.norm("input_layernorm", h, layer=i) + base.norm("pre_ff_layernorm", h, layer=i)
+    weights += base.norm("final_layernorm", h)
+    is_tied = base.tied(top, c, False)
+    weights += base.lm_head(vocab, h, is_tied)
+    return caches, weights, is_tied

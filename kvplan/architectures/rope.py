@@ -150,9 +150,18 @@ def _llama4(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
     return _one(c) if "chunked" in llama4.layer_kinds(c, int(c.get("num_hidden_layers", default=0) or 0)) else ()
 
 
+def _granite_hybrid(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
+    """vLLM's GraniteMoeHybrid attention builds get_rope only for position_embedding_type 'rope' (Granite-4.0-H
+    says 'nope'), over hidden_size / heads."""
+    if c.get("position_embedding_type") != "rope":
+        return ()
+    return _one(c, int(c.get("hidden_size")) // int(c.get("num_attention_heads")))
+
+
 FAMILY_TABLES: dict[str, Callable[[Cfg, Cfg], tuple[RopeTable, ...]]] = {
     "gemma": _gemma, "gemma3n": _gemma, "gemma4": _gemma4, "mimo-v2-flash": _mimo, "deepseek-mla": _mla,
     "deepseek-v4": _mla, "gpt-oss": _gpt_oss, "chatglm": _chatglm, "falcon": _falcon, "llama4": _llama4,
+    "granite-hybrid": _granite_hybrid,
 }
 
 

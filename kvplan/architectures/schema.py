@@ -141,6 +141,13 @@ FIELDS: dict[str, Rule] = {
     **_fields(_DIM, "o_lora_rank"),
     **_fields(_TEXT, "expert_dtype"),
     **_fields(Rule("int", 1, MAX_DIM, words=("auto",)), "time_step_rank", "mamba_dt_rank"),
+    # Granite-4.0-H (granitemoehybrid) and Bamba: their Mamba-2 fields ('auto' head dim = expand x hidden / heads),
+    # the shared MLP's width (0: none), rope or NoPE attention, Bamba's attention layers
+    **_fields(_HEADS, "mamba_n_heads", "mamba_n_groups"),
+    **_fields(Rule("int", 1, MAX_DIM, words=("auto",)), "mamba_d_head"),
+    **_fields(Rule("int", 0, MAX_DIM), "shared_intermediate_size"),
+    **_fields(_TEXT, "position_embedding_type"),
+    **_fields(Rule("int_list", 0, MAX_LAYERS), "attn_layer_indices"),
     **_fields(_DIM, "moe_latent_size"),  # Nemotron-3 Super / Ultra: the experts' width
     **_fields(_WIDTH, "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
               "moe_shared_expert_intermediate_size",

@@ -71,6 +71,13 @@ class UnsupportedKind(InputError):
     """A cache kind an engine has no rule for, or cannot run."""
 
 
+def check_family(engine: str, refused: Mapping[str, str], family: str) -> None:
+    """A model family the engine does not run, or whose handling in that engine kvplan has not read: one line."""
+    why = refused.get(family)
+    if why:
+        raise UnsupportedKind(f"{engine} cannot size this {family} model: {why}")
+
+
 def rule_for(engine: str, rules: Mapping[type, R], cache: LayerCache) -> R | NoCacheRule:
     try:
         rule = rules[type(cache)]

@@ -262,8 +262,14 @@ class Prepared(layout.StagedLayout):
         return {"page_size": self.page, "cell_size": self.cell_size(stage)}
 
 
+# Families SGLang 0.5.10 has no model for (srt/models); granitemoehybrid is there (configs/granitemoehybrid.py:
+# Mamba2CacheParams of the mamba layers, the same Mamba2StateShape as Nemotron-H's)
+REFUSED_FAMILIES = {"bamba": "SGLang 0.5.10 has no BambaForCausalLM (srt/models)"}
+
+
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
+    layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     base.check_tp_heads(spec, tp)
     kinds = {type(c) for _, c in spec.caches}

@@ -195,8 +195,14 @@ class Prepared(layout.StagedLayout):
         return {"tokens_per_block": self.tpb, "bytes_per_token": self.bytes_per_token(stage)}
 
 
+# Families whose TensorRT-LLM code kvplan has not read (no source here): refused rather than sized by another rule
+REFUSED_FAMILIES = dict.fromkeys(("granite-hybrid", "bamba"), "not modelled: kvplan has not read TensorRT-LLM's "
+                                 "Granite-4.0-H / Bamba code")
+
+
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
+    layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     tpb = int(opts.get("tokens_per_block") or selected.rules.tokens_per_block)
     notes = [f"{tpb} tokens per block" + ("" if opts.get("tokens_per_block") else f" (TensorRT-LLM {selected.version} default)"),

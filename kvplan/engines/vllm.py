@@ -844,10 +844,20 @@ def _plan_groups(s: StageLayout, ctx: int, batch: int, inflight: int, kvd: KVDty
     return out
 
 
+# model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS: families kvplan models whose architecture vLLM
+# stopped loading, and the release that dropped it (the older falcon / mpt removals are not applied here yet)
+REMOVED_FAMILIES = {"bamba": ("BambaForCausalLM", "0.23")}
+
+
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
     rules = selected.rules
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
+    dropped = REMOVED_FAMILIES.get(spec.family)
+    if dropped and version_key(selected.version) >= version_key(dropped[1]):
+        raise layout.UnsupportedKind(f"vLLM {selected.version} does not load {dropped[0]}: removed in vLLM "
+                                     f"{dropped[1]} (model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS); "
+                                     f"use --engine vllm@0.22 or earlier, or another engine")
     dcp_note = _check_dcp(spec, tp, int(opts.get("decode_context_parallel_size") or 1))
     base.check_tp_heads(spec, tp)
     gpu_name = gpu.name if gpu is not None else None
