@@ -346,6 +346,21 @@ class LinearAttentionState(RecurrentState):
 
 
 @dataclass(frozen=True)
+class ShortConvState(RecurrentState):
+    """LFM2's short convolution (a gated depthwise conv over conv_dim channels): a conv window and no recurrent
+    matrix. A class of its own because a state rule that adds an SSM term would count one element too many."""
+
+    kind: ClassVar[str] = "conv_state"
+
+    @property
+    def ssm_shape(self) -> tuple[int, ...]:
+        return ()
+
+    def describe(self) -> str:
+        return f"short-conv state: conv {self.conv_dim} x {self.conv_kernel}"
+
+
+@dataclass(frozen=True)
 class KimiDeltaState(LinearAttentionState):
     """Kimi Delta Attention (Kimi Linear, Kimi-K3): q, k and v each through a short convolution (conv_dim = 3 x heads
     x head_dim) and one head_dim x head_dim recurrent matrix per head. A class of its own because engines store it

@@ -1,7 +1,8 @@
 """State-space and hybrid models: only their attention layers hold a growing KV cache.
 
 mamba (state only), mamba2, jamba (attn_layer_period/offset), nemotron-h (hybrid_override_pattern),
-qwen3-next and qwen3.5 (full_attention_interval / layer_types, Gated DeltaNet linear attention).
+qwen3-next and qwen3.5 (full_attention_interval / layer_types, Gated DeltaNet linear attention), lfm2 (layer_types /
+full_attn_idxs, gated short convolution).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from dataclasses import dataclass
 from kvplan.architectures import base
 from kvplan.architectures.base import Cfg
 from kvplan.errors import ConfigError
-from kvplan.spec import FullAttention, LinearAttentionState, MambaState, NoCache, WeightPart
+from kvplan.spec import FullAttention, LinearAttentionState, MambaState, NoCache, ShortConvState, WeightPart
 
 
 def _dt_rank(c: Cfg, key: str, hidden: int) -> int:
@@ -319,3 +320,82 @@ def qwen3_5(top: Cfg, c: Cfg):
         c.need_all("intermediate_size")
     experts = c.need_int("num_experts") if moe else 0
     return _gdn_hybrid(top, c, split_projections=True, moe_on_layer=lambda i: experts)
+
+
+def _lfm2_kinds(c: Cfg, n: int) -> list[str]:
+    """Lfm2Config.__post_init__: layer_types when given (a layer is attention unless "conv": Lfm2DecoderLayer), else
+    full_attention on full_attn_idxs (every layer when absent) and conv elsewhere."""
+    types = c.raw.get("layer_types")
+    if types is None:
+        idxs = c.raw.get("full_attn_idxs")
+        idxs = set(range(n)) if idxs is None else set(idxs)
+        return ["full" if i in idxs else "conv" for i in range(n)]
+    if not isinstance(types, list) or len(types) != n or any(t not in ("conv", "full_attention") for t in types):
+        found = f"{len(types)} entries" if isinstance(types, list) else base.brief(types)
+        raise ConfigError(f"{c.where}: layer_types must list 'conv' or 'full_attention' for each of the {n} layers "
+                          f"(found {found})")
+    return ["conv" if t == "conv" else "full" for t in types]
+
+
+def _lfm2_ffn(c: Cfg, hidden: int) -> int:
+    """Lfm2MLP's width: block_ff_dim (or intermediate_size), cut to 2/3, times block_ffn_dim_multiplier, rounded up
+    to block_multiple_of when block_auto_adjust_ff_dim. transformers rounds only when the multiplier is set, vLLM
+    (models/lfm2.py Lfm2MLP) always: a config where that differs is refused."""
+    inter = int(c.get("block_ff_dim", "intermediate_size", default=12288))
+    if not c.get("block_auto_adjust_ff_dim", default=True):
+        return inter
+    inter = int(2 * inter / 3)
+    of = int(c.get("block_multiple_of", default=256))
+    mult = c.raw["block_ffn_dim_multiplier"] if "block_ffn_dim_multiplier" in c.raw else 1.0  # null is meant
+    if mult is None:
+        if inter % of:
+            raise ConfigError(f"{c.where}: block_ffn_dim_multiplier null: transformers keeps the MLP width {inter}, "
+                              f"vLLM rounds it up to a multiple of {of}; kvplan does not pick one")
+        return inter
+    inter = int(mult * inter)
+    return of * ((inter + of - 1) // of)
+
+
+def lfm2(top: Cfg, c: Cfg):
+    """Lfm2ForCausalLM: each layer an attention block (q/k RMS norms over head_dim) or a gated short convolution
+    (in_proj to B, C, x; depthwise conv of conv_L_cache taps; out_proj), then a SwiGLU MLP (w1, w3, w2); only the
+    attention layers grow a KV cache, a conv layer keeps conv_L_cache - 1 inputs (vLLM short_conv_state_shape). The
+    conv width is conv_dim in vLLM (read from the config) and hidden_size in transformers: refused where they differ."""
+    c.need_all("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads")
+    n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
+    heads = c.need_int("num_attention_heads")
+    head_dim = h // heads  # vLLM Lfm2Attention: hidden_size // num_attention_heads
+    if int(c.get("head_dim", default=head_dim)) != head_dim:
+        raise ConfigError(f"{c.where}: head_dim {c.get('head_dim')} differs from hidden_size / num_attention_heads "
+                          f"({head_dim}): transformers reads head_dim, vLLM the quotient")
+    conv_dim = int(c.get("conv_dim", default=h))
+    if conv_dim != h:
+        raise ConfigError(f"{c.where}: conv_dim {conv_dim} differs from hidden_size {h}: vLLM convolves conv_dim "
+                          "channels, transformers hidden_size")
+    dims = base.AttnDims(heads, int(c.get("num_key_value_heads", default=heads)), head_dim, head_dim)
+    kernel, conv_bias = int(c.get("conv_L_cache", default=3)), bool(c.get("conv_bias", default=False))
+    ffn = _lfm2_ffn(c, h)
+    attn_cache, conv_cache = FullAttention(dims.kv_heads, head_dim, head_dim), ShortConvState(conv_dim, kernel)
+    caches, weights = [], [base.embedding(vocab, h)]
+    for i, kind in enumerate(_lfm2_kinds(c, n)):
+        if kind == "full":
+            caches.append((i, attn_cache))
+            weights += base.linear("self_attn.q_proj", h, heads * head_dim, layer=i)
+            weights += base.linear("self_attn.k_proj", h, dims.kv_heads * head_dim, layer=i)
+            weights += base.linear("self_attn.v_proj", h, dims.kv_heads * head_dim, layer=i)
+            weights += base.linear("self_attn.out_proj", heads * head_dim, h, split="row", layer=i)
+            weights += base.norm("self_attn.q_layernorm", head_dim, layer=i) + base.norm("self_attn.k_layernorm", head_dim, layer=i)
+        else:
+            caches.append((i, conv_cache))
+            weights += base.linear("conv.in_proj", h, 3 * conv_dim, bias=conv_bias, layer=i)
+            weights.append(WeightPart("conv.conv", (conv_dim, 1, kernel), "other", "text", "column", i))
+            if conv_bias:
+                weights.append(WeightPart("conv.conv.bias", (conv_dim,), "bias", "text", "column", i))
+            weights += base.linear("conv.out_proj", conv_dim, h, bias=conv_bias, split="row", layer=i)
+        weights += base.linear("feed_forward.w1", h, ffn, layer=i) + base.linear("feed_forward.w3", h, ffn, layer=i)
+        weights += base.linear("feed_forward.w2", ffn, h, split="row", layer=i)
+        weights += base.norm("operator_norm", h, layer=i) + base.norm("ffn_norm", h, layer=i)
+    weights += base.norm("embedding_norm", h)
+    is_tied = bool(c.get("tie_embedding", default=base.tied(top, c, True)))
+    weights += base.lm_head(vocab, h, is_tied)
+    return caches, weights, is_tied

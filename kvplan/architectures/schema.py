@@ -141,6 +141,13 @@ FIELDS: dict[str, Rule] = {
     **_fields(_DIM, "o_lora_rank"),
     **_fields(_TEXT, "expert_dtype"),
     **_fields(Rule("int", 1, MAX_DIM, words=("auto",)), "time_step_rank", "mamba_dt_rank"),
+    # LFM2 (transformers Lfm2Config): conv window taps, the conv width vLLM reads, the MLP width and its sizing
+    **_fields(Rule("int", 2, 1 << 10), "conv_L_cache"),
+    **_fields(_DIM, "conv_dim", "block_multiple_of"),
+    **_fields(_WIDTH, "block_ff_dim"),
+    **_fields(Rule("number", 0, 1 << 10), "block_ffn_dim_multiplier"),
+    **_fields(_FLAG, "conv_bias", "block_auto_adjust_ff_dim", "tie_embedding"),
+    **_fields(Rule("int_list", 0, MAX_LAYERS), "full_attn_idxs"),
     **_fields(_DIM, "moe_latent_size"),  # Nemotron-3 Super / Ultra: the experts' width
     **_fields(_WIDTH, "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
               "moe_shared_expert_intermediate_size",

@@ -20,7 +20,7 @@ from kvplan.errors import InputError
 from kvplan.parallel import heads_floor, pad_to
 from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
                          KimiDeltaState, LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState,
-                         SharedKV, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
+                         SharedKV, ShortConvState, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -203,6 +203,8 @@ KIND_RULES: dict[type, Any] = {
     MambaState: StateSlots(),
     LinearAttentionState: StateSlots(),
     KimiDeltaState: KdaSlots(),
+    ShortConvState: layout.NotModelled("SGLang 0.5.10 runs LFM2 (srt/models/lfm2.py), but kvplan has not read "
+                                       "its short-conv state pool yet"),
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
     **layout.DEEPSEEK_V4_NOT_MODELLED,

@@ -16,7 +16,7 @@ from kvplan.engines.versions import Selected, select
 from kvplan.parallel import heads_ceil
 from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
                          KimiDeltaState, LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState,
-                         SharedKV, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
+                         SharedKV, ShortConvState, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -145,6 +145,7 @@ KIND_RULES: dict[type, Any] = {
     MsaIndexerKeys: layout.NotModelled("TensorRT-LLM's MiniMax-M3 sparse attention (sparse_attention_config algorithm minimax_m3) is not in the source kvplan read"),
     MambaState: StateBuffers(),
     LinearAttentionState: StateBuffers(),
+    ShortConvState: layout.NotModelled("kvplan has not read TensorRT-LLM's source for LFM2's short-conv layers"),
     KimiDeltaState: layout.NotModelled("TensorRT-LLM runs Kimi-K3 (examples/kimi_k3: KVCacheManagerV2, or the V1 "
                                        "MixedMambaHybridCacheManager) but kvplan has not read how it pools the Kimi "
                                        "Delta Attention state"),
