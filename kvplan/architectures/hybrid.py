@@ -360,7 +360,8 @@ def lfm2(top: Cfg, c: Cfg):
     """Lfm2ForCausalLM: each layer an attention block (q/k RMS norms over head_dim) or a gated short convolution
     (in_proj to B, C, x; depthwise conv of conv_L_cache taps; out_proj), then a SwiGLU MLP (w1, w3, w2); only the
     attention layers grow a KV cache, a conv layer keeps conv_L_cache - 1 inputs (vLLM short_conv_state_shape). The
-    conv width is conv_dim in vLLM (read from the config) and hidden_size in transformers: refused where they differ."""
+    conv width is conv_dim and the MLP's block_dim in vLLM (both read from the config, which must carry them), hidden_size
+    in transformers: refused where they differ."""
     c.need_all("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads")
     n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
     heads = c.need_int("num_attention_heads")
@@ -372,6 +373,9 @@ def lfm2(top: Cfg, c: Cfg):
     if conv_dim != h:
         raise ConfigError(f"{c.where}: conv_dim {conv_dim} differs from hidden_size {h}: vLLM convolves conv_dim "
                           "channels, transformers hidden_size")
+    if int(c.get("block_dim", default=h)) != h:
+        raise ConfigError(f"{c.where}: block_dim {c.get('block_dim')} differs from hidden_size {h}: vLLM builds the "
+                          "MLP on block_dim, transformers on hidden_size")
     dims = base.AttnDims(heads, int(c.get("num_key_value_heads", default=heads)), head_dim, head_dim)
     kernel, conv_bias = int(c.get("conv_L_cache", default=3)), bool(c.get("conv_bias", default=False))
     ffn = _lfm2_ffn(c, h)

@@ -143,7 +143,7 @@ FIELDS: dict[str, Rule] = {
     **_fields(Rule("int", 1, MAX_DIM, words=("auto",)), "time_step_rank", "mamba_dt_rank"),
     # LFM2 (transformers Lfm2Config): conv window taps, the conv width vLLM reads, the MLP width and its sizing
     **_fields(Rule("int", 2, 1 << 10), "conv_L_cache"),
-    **_fields(_DIM, "conv_dim", "block_multiple_of"),
+    **_fields(_DIM, "conv_dim", "block_dim", "block_multiple_of"),
     **_fields(_WIDTH, "block_ff_dim"),
     **_fields(Rule("number", 0, 1 << 10), "block_ffn_dim_multiplier"),
     **_fields(_FLAG, "conv_bias", "block_auto_adjust_ff_dim", "tie_embedding"),
