@@ -147,3 +147,26 @@ def test_kimi_linear_params_are_the_checkpoint_tensors(config, tmp_path):
     truth = oracle.hf_param_counts(config)
     ours = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec.params
     assert ours == truth["params"] + truth["persistent_buffers_numel"]
+
+
+def _lfm2_configs():
+    """The vLLM oracle's two scaled LFM2 configs, and one with the other MLP / bias / tying branches."""
+    import oracle_vllm
+
+    a, b = (oracle_vllm.MODELS[m].raw for m in ("lfm2", "lfm2-wide"))
+    c = {**a, "conv_bias": True, "tie_embedding": False, "block_auto_adjust_ff_dim": False, "block_ff_dim": 640}
+    return [pytest.param(a, id="lfm2"), pytest.param(b, id="lfm2-wide"), pytest.param(c, id="lfm2-untied-bias")]
+
+
+@pytest.mark.parametrize("config", _lfm2_configs())
+def test_lfm2_params_and_cache_equal_transformers(config, tmp_path):
+    """Lfm2ForCausalLM on meta: its parameters, and after one forward of [2, ctx] its DynamicCache -- K/V on the
+    attention layers, conv_states [2, hidden, conv_L_cache] fp16 on the conv layers -- as kvplan's hf plan."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec.params == \
+        oracle.hf_param_counts(config)["params"]
+    for ctx in (SHORT_CTX, 300):
+        truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
+        r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
+        assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"
