@@ -271,6 +271,17 @@ MODELS: dict[str, Model] = {
         "block_ffn_dim_multiplier": 1.0, "block_auto_adjust_ff_dim": True, "max_position_embeddings": 32768,
         "norm_eps": 1e-5, "rope_theta": 1000000.0, "tie_embedding": True, "pad_token_id": 0, "bos_token_id": 1,
         "eos_token_id": 7, "torch_dtype": "bfloat16"}),
+    # LFM2-MoE (LFM2-8B-A1B's form: layer_types, num_dense_layers 2 dense SwiGLU layers, then 32 experts top-4 with an
+    # fp32 expert bias) scaled to 6 layers and 4 experts
+    "lfm2-moe": Model(None, {}, "6 layers: 4 short-conv (512 x (3-1)) + 2 full (8/2 x 64); 2 dense, 4 MoE layers", raw={
+        "architectures": ["Lfm2MoeForCausalLM"], "model_type": "lfm2_moe", "vocab_size": SCALED_VOCAB,
+        "hidden_size": 512, "intermediate_size": 1536, "moe_intermediate_size": SCALED_FFN, "num_hidden_layers": 6,
+        "num_attention_heads": 8, "num_key_value_heads": 2,
+        "layer_types": ["conv", "conv", "full_attention", "conv", "conv", "full_attention"], "conv_L_cache": 3,
+        "conv_bias": False, "num_dense_layers": 2, "num_experts": SCALED_EXPERTS, "num_experts_per_tok": SCALED_TOPK,
+        "use_expert_bias": True, "norm_topk_prob": True, "routed_scaling_factor": 1.0, "norm_eps": 1e-5,
+        "rope_theta": 1000000.0, "max_position_embeddings": 128000, "tie_embedding": True, "pad_token_id": 0,
+        "bos_token_id": 1, "eos_token_id": 7, "torch_dtype": "bfloat16"}),
     # Qwen3.5's text models (the vision tower plays no part in the cache): its config's mamba_ssm_dtype float32 is
     # what vLLM's Qwen3_5ForCausalLMConfig makes the SSM state, with no flag
     "qwen3.5": Model("Qwen--Qwen3.5-27B", {"num_hidden_layers": 8, "hidden_size": 256, "layer_types": None},
@@ -453,6 +464,7 @@ def _variations() -> list[Case]:
         Case("lfm2-wide", tag="state32", block_size=32, extra=(("mamba_cache_dtype", "float32"),),
              kvplan_extra=("--state-dtype", "fp32")),
         Case("lfm2-wide", block_size=32), Case("lfm2-wide", kv_cache_dtype="fp8"),
+        Case("lfm2-moe", block_size=32),
         # an explicit flag overrides Qwen3.5's config (vLLM warns and uses the flag); kvplan is told the same
         Case("qwen3.5", tag="ssm-bf16", extra=(("mamba_ssm_cache_dtype", "bfloat16"),),
              kvplan_extra=("--mamba-ssm-cache-dtype", "bf16")),

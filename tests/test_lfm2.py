@@ -75,3 +75,26 @@ def test_vllm_tp_must_divide_the_conv_width(tmp_path):
            "num_key_value_heads": 4}
     r = run_cli("size", write_config(tmp_path, "m", cfg), "--ctx", "1000", "--engine", "vllm", "--tp", "4")
     assert r.code == 2 and "conv_dim 2050" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+def test_lfm2_moe_needs_layer_types(tmp_path):
+    """Lfm2MoeConfig has no full_attn_idxs fallback: without layer_types transformers cannot build the layers."""
+    cfg = {**{k: v for k, v in LFM2_1B2.items() if k != "full_attn_idxs"}, "model_type": "lfm2_moe",
+           "architectures": ["Lfm2MoeForCausalLM"], "num_experts": 32, "moe_intermediate_size": 1792,
+           "intermediate_size": 7168}
+    r = run_cli("size", write_config(tmp_path, "m", cfg), "--ctx", "1000")
+    assert r.code == 2 and "layer_types" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+def test_lfm2_moe_dense_layers_then_experts(tmp_path):
+    """Lfm2MoeDecoderLayer: Lfm2MoeMLP (w1, w3, w2 of intermediate_size) below num_dense_layers, then a router
+    [experts, hidden], the fp32 expert_bias [experts] and experts gate_up [experts, 2 x moe_inter, hidden] + down."""
+    types = ["full_attention" if i in LFM2_1B2["full_attn_idxs"] else "conv" for i in range(16)]
+    base = {**{k: v for k, v in LFM2_1B2.items() if k != "full_attn_idxs"}, "model_type": "lfm2_moe",
+            "architectures": ["Lfm2MoeForCausalLM"], "layer_types": types, "num_experts": 8,
+            "moe_intermediate_size": 256, "intermediate_size": 1024, "num_dense_layers": 2}
+    more = {**base, "num_dense_layers": 3}
+    p = [kvjson("size", write_config(tmp_path, n, c), "--ctx", "16")["params"] for n, c in (("a", base), ("b", more))]
+    h = 2048
+    dense, sparse = 3 * h * 1024, 8 * h + 8 + 8 * 3 * 256 * h
+    assert p[1] - p[0] == dense - sparse

@@ -158,6 +158,29 @@ def _lfm2_configs():
     return [pytest.param(a, id="lfm2"), pytest.param(b, id="lfm2-wide"), pytest.param(c, id="lfm2-untied-bias")]
 
 
+def _lfm2_moe_configs():
+    import oracle_vllm
+
+    m = oracle_vllm.MODELS["lfm2-moe"].raw
+    return [pytest.param(m, id="lfm2-moe"), pytest.param({**m, "use_expert_bias": False, "num_dense_layers": 0,
+                                                          "tie_embedding": False}, id="lfm2-moe-nobias-untied")]
+
+
+@pytest.mark.parametrize("config", _lfm2_moe_configs())
+def test_lfm2_moe_params_and_cache_equal_transformers(config, tmp_path):
+    """Lfm2MoeForCausalLM on meta: parameters plus its persistent fp32 expert_bias buffers (in the checkpoint), and
+    the DynamicCache of one forward of [2, ctx] as kvplan's hf plan."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    truth = oracle.hf_param_counts(config)
+    ours = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec.params
+    assert ours == truth["params"] + truth["persistent_buffers_numel"]
+    for ctx in (SHORT_CTX, 300):
+        cache = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
+        r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
+        assert r.plan.kv_bytes == cache["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {cache['total']:,}"
+
+
 @pytest.mark.parametrize("config", _lfm2_configs())
 def test_lfm2_params_and_cache_equal_transformers(config, tmp_path):
     """Lfm2ForCausalLM on meta: its parameters, and after one forward of [2, ctx] its DynamicCache -- K/V on the

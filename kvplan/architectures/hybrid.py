@@ -356,29 +356,47 @@ def _lfm2_ffn(c: Cfg, hidden: int) -> int:
     return of * ((inter + of - 1) // of)
 
 
+def _lfm2_moe_mlp(c: Cfg, layer: int, hidden: int) -> list[WeightPart]:
+    """Lfm2MoeSparseMoeBlock (transformers models/lfm2_moe; vLLM Lfm2MoeSparseMoeBlock): a router, its fp32
+    expert_bias when use_expert_bias (a persistent buffer in transformers, gate.e_score_correction_bias in vLLM: in
+    the checkpoint either way) and num_experts gated experts of moe_intermediate_size."""
+    c.need_all("num_experts", "moe_intermediate_size")
+    n, inter = c.need_int("num_experts"), c.need_int("moe_intermediate_size")
+    parts = base.router(layer, hidden, n, name="feed_forward.gate")
+    if c.get("use_expert_bias", default=True):
+        parts.append(WeightPart("feed_forward.expert_bias", (n,), "other", "text", "replicated", layer))
+    return parts + base.experts(layer, hidden, inter, n, prefix="feed_forward.experts")
+
+
 def lfm2(top: Cfg, c: Cfg):
-    """Lfm2ForCausalLM: each layer an attention block (q/k RMS norms over head_dim) or a gated short convolution
+    """Lfm2ForCausalLM / Lfm2MoeForCausalLM: each layer an attention block (q/k RMS norms over head_dim) or a gated short convolution
     (in_proj to B, C, x; depthwise conv of conv_L_cache taps; out_proj), then a SwiGLU MLP (w1, w3, w2); only the
     attention layers grow a KV cache, a conv layer keeps conv_L_cache - 1 inputs (vLLM short_conv_state_shape). The
     conv width is conv_dim and the MLP's block_dim in vLLM (both read from the config, which must carry them), hidden_size
-    in transformers: refused where they differ."""
+    in transformers: refused where they differ. lfm2_moe convolves hidden_size channels in both, has no
+    full_attn_idxs (layer_types is required), and puts a plain SwiGLU of intermediate_size on the first
+    num_dense_layers layers, the sparse MoE block on the rest."""
     c.need_all("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads")
+    moe = str(c.get("model_type", default="")) == "lfm2_moe"
+    if moe:
+        c.need_all("layer_types")
     n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
     heads = c.need_int("num_attention_heads")
     head_dim = h // heads  # vLLM Lfm2Attention: hidden_size // num_attention_heads
     if int(c.get("head_dim", default=head_dim)) != head_dim:
         raise ConfigError(f"{c.where}: head_dim {c.get('head_dim')} differs from hidden_size / num_attention_heads "
                           f"({head_dim}): transformers reads head_dim, vLLM the quotient")
-    conv_dim = int(c.get("conv_dim", default=h))
+    conv_dim = h if moe else int(c.get("conv_dim", default=h))
     if conv_dim != h:
         raise ConfigError(f"{c.where}: conv_dim {conv_dim} differs from hidden_size {h}: vLLM convolves conv_dim "
                           "channels, transformers hidden_size")
-    if int(c.get("block_dim", default=h)) != h:
+    if not moe and int(c.get("block_dim", default=h)) != h:
         raise ConfigError(f"{c.where}: block_dim {c.get('block_dim')} differs from hidden_size {h}: vLLM builds the "
                           "MLP on block_dim, transformers on hidden_size")
     dims = base.AttnDims(heads, int(c.get("num_key_value_heads", default=heads)), head_dim, head_dim)
     kernel, conv_bias = int(c.get("conv_L_cache", default=3)), bool(c.get("conv_bias", default=False))
-    ffn = _lfm2_ffn(c, h)
+    ffn = c.need_int("intermediate_size") if moe else _lfm2_ffn(c, h)
+    dense_layers = int(c.get("num_dense_layers", default=2)) if moe else n
     attn_cache, conv_cache = FullAttention(dims.kv_heads, head_dim, head_dim), ShortConvState(conv_dim, kernel)
     caches, weights = [], [base.embedding(vocab, h)]
     for i, kind in enumerate(_lfm2_kinds(c, n)):
@@ -396,8 +414,11 @@ def lfm2(top: Cfg, c: Cfg):
             if conv_bias:
                 weights.append(WeightPart("conv.conv.bias", (conv_dim,), "bias", "text", "column", i))
             weights += base.linear("conv.out_proj", conv_dim, h, bias=conv_bias, split="row", layer=i)
-        weights += base.linear("feed_forward.w1", h, ffn, layer=i) + base.linear("feed_forward.w3", h, ffn, layer=i)
-        weights += base.linear("feed_forward.w2", ffn, h, split="row", layer=i)
+        if i < dense_layers:
+            weights += base.linear("feed_forward.w1", h, ffn, layer=i) + base.linear("feed_forward.w3", h, ffn, layer=i)
+            weights += base.linear("feed_forward.w2", ffn, h, split="row", layer=i)
+        else:
+            weights += _lfm2_moe_mlp(c, i, h)
         weights += base.norm("operator_norm", h, layer=i) + base.norm("ffn_norm", h, layer=i)
     weights += base.norm("embedding_norm", h)
     is_tied = bool(c.get("tie_embedding", default=base.tied(top, c, True)))

@@ -148,6 +148,8 @@ FIELDS: dict[str, Rule] = {
     **_fields(Rule("number", 0, 1 << 10), "block_ffn_dim_multiplier"),
     **_fields(_FLAG, "conv_bias", "block_auto_adjust_ff_dim", "tie_embedding"),
     **_fields(Rule("int_list", 0, MAX_LAYERS), "full_attn_idxs"),
+    **_fields(Rule("int", 0, MAX_LAYERS), "num_dense_layers"),
+    **_fields(_FLAG, "use_expert_bias"),
     **_fields(_DIM, "moe_latent_size"),  # Nemotron-3 Super / Ultra: the experts' width
     **_fields(_WIDTH, "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
               "moe_shared_expert_intermediate_size",
