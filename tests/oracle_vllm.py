@@ -282,6 +282,10 @@ MODELS: dict[str, Model] = {
         "use_expert_bias": True, "norm_topk_prob": True, "routed_scaling_factor": 1.0, "norm_eps": 1e-5,
         "rope_theta": 1000000.0, "max_position_embeddings": 128000, "tie_embedding": True, "pad_token_id": 0,
         "bos_token_id": 1, "eos_token_id": 7, "torch_dtype": "bfloat16"}),
+    # Falcon-H1 (no bundled config): attention and a Mamba-2 mixer in every layer, its mu-P multipliers as the
+    # 0.5B release states them (activation scales only)
+    "falcon-h1": Model(None, {}, "4 layers, each full (4/2 x 64) + Mamba-2 (8 heads x 64 x state 64, 1 group, conv 4)",
+                       llm_extra=SSM32, raw={'architectures': ['FalconH1ForCausalLM'], 'model_type': 'falcon_h1', 'vocab_size': 256, 'hidden_size': 256, 'num_hidden_layers': 4, 'num_attention_heads': 4, 'num_key_value_heads': 2, 'head_dim': 64, 'intermediate_size': 512, 'mamba_d_ssm': 512, 'mamba_n_heads': 8, 'mamba_d_head': 64, 'mamba_d_state': 64, 'mamba_n_groups': 1, 'mamba_d_conv': 4, 'mamba_expand': 2, 'mamba_chunk_size': 128, 'mamba_conv_bias': True, 'mamba_proj_bias': False, 'projectors_bias': False, 'mamba_rms_norm': True, 'mamba_norm_before_gate': False, 'attention_bias': False, 'mlp_bias': False, 'tie_word_embeddings': False, 'max_position_embeddings': 16384, 'rms_norm_eps': 1e-05, 'rope_theta': 100000000000.0, 'attention_in_multiplier': 1.0, 'attention_out_multiplier': 0.9375, 'embedding_multiplier': 5.656854249492381, 'key_multiplier': 0.390625, 'lm_head_multiplier': 0.0390625, 'mlp_multipliers': [0.8838834764831844, 0.5859375], 'ssm_in_multiplier': 1.25, 'ssm_multipliers': [0.3535533905932738, 0.25, 0.3535533905932738, 0.5, 0.3535533905932738], 'ssm_out_multiplier': 0.23570226039551587, 'torch_dtype': 'bfloat16', 'pad_token_id': 0, 'bos_token_id': 1, 'eos_token_id': 11}),
     # Qwen3.5's text models (the vision tower plays no part in the cache): its config's mamba_ssm_dtype float32 is
     # what vLLM's Qwen3_5ForCausalLMConfig makes the SSM state, with no flag
     "qwen3.5": Model("Qwen--Qwen3.5-27B", {"num_hidden_layers": 8, "hidden_size": 256, "layer_types": None},
@@ -465,6 +469,8 @@ def _variations() -> list[Case]:
              kvplan_extra=("--state-dtype", "fp32")),
         Case("lfm2-wide", block_size=32), Case("lfm2-wide", kv_cache_dtype="fp8"),
         Case("lfm2-moe", block_size=32),
+        Case("falcon-h1", tag="state32", extra=STATE32, kvplan_extra=("--state-dtype", "fp32")),
+        Case("falcon-h1", max_model_len=8192),
         # an explicit flag overrides Qwen3.5's config (vLLM warns and uses the flag); kvplan is told the same
         Case("qwen3.5", tag="ssm-bf16", extra=(("mamba_ssm_cache_dtype", "bfloat16"),),
              kvplan_extra=("--mamba-ssm-cache-dtype", "bf16")),

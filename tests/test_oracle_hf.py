@@ -193,3 +193,27 @@ def test_lfm2_params_and_cache_equal_transformers(config, tmp_path):
         truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
         r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
         assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"
+
+
+def _falcon_h1_configs():
+    import oracle_vllm
+
+    m = oracle_vllm.MODELS["falcon-h1"].raw
+    return [pytest.param(m, id="falcon-h1"),
+            pytest.param({**m, "mamba_rms_norm": False, "mamba_conv_bias": False, "tie_word_embeddings": True,
+                          "mamba_d_head": "auto", "mamba_n_groups": 2}, id="falcon-h1-groups2-tied")]
+
+
+@pytest.mark.parametrize("config", _falcon_h1_configs())
+def test_falcon_h1_params_and_cache_equal_transformers(config, tmp_path):
+    """FalconH1ForCausalLM on meta: its parameters (mup_vector is a non-persistent buffer), and after one forward of
+    [2, ctx] every layer's LinearAttentionAndFullAttentionLayer -- K/V fp16, conv [2, d_ssm + 2GS, d_conv] fp16,
+    SSM [2, heads, d_head, d_state] fp32 -- as kvplan's hf plan."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec.params == \
+        oracle.hf_param_counts(config)["params"]
+    for ctx in (SHORT_CTX, 300):
+        truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
+        r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
+        assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"

@@ -424,3 +424,52 @@ def lfm2(top: Cfg, c: Cfg):
     is_tied = bool(c.get("tie_embedding", default=base.tied(top, c, True)))
     weights += base.lm_head(vocab, h, is_tied)
     return caches, weights, is_tied
+
+
+def falcon_h1(top: Cfg, c: Cfg):
+    """FalconH1ForCausalLM: every layer runs attention and a Mamba-2 mixer side by side (then a SwiGLU MLP), so each
+    layer holds a KV cache and a Mamba-2 state. mamba_d_ssm is FalconH1Config's 1024 when absent and
+    mamba_expand x hidden_size when null; mamba_d_head "auto" is d_ssm / mamba_n_heads. The mu-P multipliers scale
+    activations only (mup_vector is a non-persistent buffer): no weights, no cache. Biases vLLM 0.32 does not build
+    (models/falcon_h1.py: qkv/o and MLP bias-free, the mixer's out_proj biased by mamba_proj_bias where transformers
+    reads projectors_bias) are refused."""
+    c.need_all("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads")
+    n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
+    for key in ("attention_bias", "mlp_bias"):
+        if c.get(key, default=False):
+            raise ConfigError(f"{c.where}: {key} true: transformers builds those biases, vLLM's Falcon-H1 does not")
+    proj_bias = bool(c.get("mamba_proj_bias", default=False))
+    if bool(c.get("projectors_bias", default=False)) != proj_bias:
+        raise ConfigError(f"{c.where}: projectors_bias differs from mamba_proj_bias: the mixer's out_proj bias follows "
+                          "projectors_bias in transformers, mamba_proj_bias in vLLM")
+    heads = c.need_int("num_attention_heads")
+    dims = base.AttnDims(heads, int(c.get("num_key_value_heads", default=heads)),
+                         int(c.get("head_dim", default=h // heads)), int(c.get("head_dim", default=h // heads)))
+    d_ssm = c.raw["mamba_d_ssm"] if "mamba_d_ssm" in c.raw else 1024
+    d_ssm = int(c.get("mamba_expand", default=2)) * h if d_ssm is None else int(d_ssm)
+    m_heads = int(c.get("mamba_n_heads", default=128))
+    m_head = c.get("mamba_d_head", default="auto")
+    m_head = d_ssm // m_heads if m_head == "auto" else int(m_head)
+    if m_heads * m_head != d_ssm:
+        raise ConfigError(f"{c.where}: mamba_n_heads {m_heads} x mamba_d_head {m_head} is not mamba_d_ssm {d_ssm} "
+                          "(FalconH1Config.validate_architecture)")
+    groups, state = int(c.get("mamba_n_groups", default=1)), int(c.get("mamba_d_state", default=256))
+    kernel = int(c.get("mamba_d_conv", default=4))
+    attn_cache = FullAttention(dims.kv_heads, dims.head_dim, dims.head_dim)
+    state_cache = MambaState(d_ssm + 2 * groups * state, kernel, (m_heads, m_head, state))
+    inter = c.need_int("intermediate_size")
+    caches, weights = [], [base.embedding(vocab, h)]
+    for i in range(n):
+        caches += [(i, attn_cache), (i, state_cache)]
+        weights += base.attention_block(i, h, dims)
+        mixer = _mamba2_mixer(i, h, m_heads, m_head, groups, state, kernel, proj_bias=proj_bias,
+                              conv_bias=bool(c.get("mamba_conv_bias", default=True)), prefix="mamba")
+        if not c.get("mamba_rms_norm", default=False):
+            mixer = [w for w in mixer if w.name != "mamba.norm"]
+        weights += mixer
+        weights += base.gated_mlp(i, h, inter, prefix="feed_forward")
+        weights += base.norm("input_layernorm", h, layer=i) + base.norm("pre_ff_layernorm", h, layer=i)
+    weights += base.norm("final_layernorm", h)
+    is_tied = base.tied(top, c, False)
+    weights += base.lm_head(vocab, h, is_tied)
+    return caches, weights, is_tied

@@ -150,6 +150,10 @@ FIELDS: dict[str, Rule] = {
     **_fields(Rule("int_list", 0, MAX_LAYERS), "full_attn_idxs"),
     **_fields(Rule("int", 0, MAX_LAYERS), "num_dense_layers"),
     **_fields(_FLAG, "use_expert_bias"),
+    # Falcon-H1 (FalconH1Config): the Mamba-2 mixer beside attention in every layer
+    **_fields(_DIM, "mamba_d_ssm", "mamba_n_heads", "mamba_n_groups"),
+    **_fields(Rule("int", 1, MAX_DIM, words=("auto",)), "mamba_d_head"),
+    **_fields(_FLAG, "mamba_rms_norm", "projectors_bias"),
     **_fields(_DIM, "moe_latent_size"),  # Nemotron-3 Super / Ultra: the experts' width
     **_fields(_WIDTH, "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
               "moe_shared_expert_intermediate_size",

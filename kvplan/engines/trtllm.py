@@ -199,6 +199,7 @@ class Prepared(layout.StagedLayout):
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
+    layout.refuse_parallel_hybrid(ENGINE.name, spec.caches, "TensorRT-LLM's source for it is not read here")
     tpb = int(opts.get("tokens_per_block") or selected.rules.tokens_per_block)
     notes = [f"{tpb} tokens per block" + ("" if opts.get("tokens_per_block") else f" (TensorRT-LLM {selected.version} default)"),
              "KV heads per GPU = ceil(heads / tp); MLA kv_factor 1 (latent only)"]
