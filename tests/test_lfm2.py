@@ -64,7 +64,7 @@ def test_configs_the_engines_read_differently_are_refused_in_one_line(tmp_path, 
     assert r.code == 2 and says in r.err and len(r.err.strip().splitlines()) == 1, r.err
 
 
-@pytest.mark.parametrize("engine", ["sglang", "trtllm", "llamacpp"])
+@pytest.mark.parametrize("engine", ["trtllm", "llamacpp", "sglang@0.4"])
 def test_engines_kvplan_has_not_read_refuse_in_one_line(tmp_path, engine):
     r = run_cli("size", write_config(tmp_path, "m", LFM2_1B2), "--ctx", "1000", "--engine", engine)
     assert r.code == 2 and "LFM2" in r.err and len(r.err.strip().splitlines()) == 1, r.err
@@ -98,3 +98,14 @@ def test_lfm2_moe_dense_layers_then_experts(tmp_path):
     h = 2048
     dense, sparse = 3 * h * 1024, 8 * h + 8 + 8 * 3 * 256 * h
     assert p[1] - p[0] == dense - sparse
+
+
+def test_sglang_keeps_a_conv_window_and_no_temporal_state(tmp_path):
+    """SGLang 0.5.10 configs/lfm2.py mamba2_cache_params: Mamba2StateShape(intermediate hidden_size, n_groups 1,
+    state_size 0) -> conv (2048 / tp, 3 - 1) in bf16 per request on the 10 conv layers, temporal (1, 2048, 0): no bytes."""
+    d = kvjson("size", write_config(tmp_path, "m", LFM2_1B2), "--ctx", "1000", "--engine", "sglang", "--batch", "2")
+    state = [g for g in d["groups"] if g["kind"] == "conv_state"][0]
+    assert state["bytes"] == 2 * 10 * 2048 * 2 * 2
+    d2 = kvjson("size", write_config(tmp_path, "m2", LFM2_1B2), "--ctx", "1000", "--engine", "sglang", "--batch", "2",
+                "--tp", "2")
+    assert [g for g in d2["groups"] if g["kind"] == "conv_state"][0]["bytes"] == 2 * 10 * 1024 * 2 * 2
