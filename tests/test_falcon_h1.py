@@ -54,7 +54,24 @@ def test_configs_the_engines_build_differently_are_refused_in_one_line(tmp_path,
     assert r.code == 2 and says in r.err and len(r.err.strip().splitlines()) == 1, r.err
 
 
-@pytest.mark.parametrize("engine", ["sglang", "trtllm"])
+@pytest.mark.parametrize("engine", ["trtllm"])
 def test_engines_kvplan_has_not_read_refuse_in_one_line(tmp_path, engine):
     r = run_cli("size", write_config(tmp_path, "m", FH1), "--ctx", "1000", "--engine", engine)
     assert r.code == 2 and "Falcon-H1" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+def test_sglang_pools_attention_and_state_on_every_layer(tmp_path):
+    """SGLang 0.5.10 configs/falcon_h1.py: full_attention_layer_ids and linear_layer_ids are both every layer, so the
+    KV pool holds 4 layers of K/V and MambaPool 4 layers of (conv, temporal) per request."""
+    d = kvjson("size", write_config(tmp_path, "m", FH1), "--ctx", "1000", "--engine", "sglang")
+    assert {g["kind"]: g["layers"] for g in d["groups"]} == {"full": 4, "mamba_state": 4}
+
+
+def test_tp_replicates_the_groups_it_does_not_divide(tmp_path):
+    """SGLang Mamba2StateShape.create (as vLLM's mamba2_state_shape): 1 group at tp 2 becomes 2
+    (extra_groups_for_head_shards = tp - n_groups), so the conv window is (512 + 2 x 2 x 64) / 2 = 384 channels x
+    (4 - 1), not (512 + 2 x 64) / 2 = 320; the temporal state (8 / 2, 64, 64)."""
+    d = kvjson("size", write_config(tmp_path, "m", FH1), "--ctx", "1000", "--engine", "sglang", "--tp", "2")
+    state = [g for g in d["groups"] if g["kind"] == "mamba_state"][0]
+    shapes = {t["name"]: t["shape"] for t in state["tensors"]}
+    assert shapes["conv_state"][1:] == [3, 384] and shapes["ssm_state"][1:] == [4, 64, 64], shapes

@@ -83,7 +83,7 @@ def mamba2(top: Cfg, c: Cfg):
     n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
     heads, head_dim, state = c.need_int("num_heads"), c.need_int("head_dim"), c.need_int("state_size")
     groups, kernel = int(c.get("n_groups", default=1)), c.need_int("conv_kernel")
-    cache = MambaState(heads * head_dim + 2 * groups * state, kernel, (heads, head_dim, state))
+    cache = MambaState(heads * head_dim + 2 * groups * state, kernel, (heads, head_dim, state), groups)
     weights = [base.embedding(vocab, h, "embeddings")]
     for i in range(n):
         weights += base.norm("norm", h, layer=i)
@@ -188,7 +188,7 @@ def nemotron_h(top: Cfg, c: Cfg):
         c.need_all("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "conv_kernel")
         m_heads, m_head_dim = c.need_int("mamba_num_heads"), c.need_int("mamba_head_dim")
         groups, state, kernel = int(c.get("n_groups", default=8)), c.need_int("ssm_state_size"), c.need_int("conv_kernel")
-        state_cache = MambaState(m_heads * m_head_dim + 2 * groups * state, kernel, (m_heads, m_head_dim, state))
+        state_cache = MambaState(m_heads * m_head_dim + 2 * groups * state, kernel, (m_heads, m_head_dim, state), groups)
     attn_cache = FullAttention(dims.kv_heads, head_dim, head_dim)
     bias = bool(c.get("attention_bias", default=False))
     for i, kind in enumerate(kinds):
@@ -456,7 +456,7 @@ def falcon_h1(top: Cfg, c: Cfg):
     groups, state = int(c.get("mamba_n_groups", default=1)), int(c.get("mamba_d_state", default=256))
     kernel = int(c.get("mamba_d_conv", default=4))
     attn_cache = FullAttention(dims.kv_heads, dims.head_dim, dims.head_dim)
-    state_cache = MambaState(d_ssm + 2 * groups * state, kernel, (m_heads, m_head, state))
+    state_cache = MambaState(d_ssm + 2 * groups * state, kernel, (m_heads, m_head, state), groups)
     inter = c.need_int("intermediate_size")
     caches, weights = [], [base.embedding(vocab, h)]
     for i in range(n):

@@ -287,7 +287,6 @@ class Prepared(layout.StagedLayout):
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
-    layout.refuse_parallel_hybrid(ENGINE.name, spec.caches, "SGLang 0.5.10 has srt/models/falcon_h1.py, not read here")
     base.check_tp_heads(spec, tp)
     kinds = {type(c) for _, c in spec.caches}
     sparse = SparseLatentAttention in kinds

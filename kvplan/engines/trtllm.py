@@ -127,7 +127,10 @@ class StateBuffers:
 
     def group(self, c: RecurrentState, layers: list[int], ctx: int, batch: int, p: "Prepared") -> PlanGroup:
         n = len(layers)
-        tensors = (tensor("conv_state", (batch, *c.conv_shape(p.tp)), p.state, n),
+        # conv_dim / tp as before: whether TensorRT-LLM replicates Mamba-2 groups tp does not divide (as vLLM and
+        # SGLang do, MambaState.conv_shape) is not read here
+        conv = RecurrentState.conv_shape(c, p.tp)
+        tensors = (tensor("conv_state", (batch, *conv), p.state, n),
                    tensor("ssm_state", (batch, *c.ssm_shape_for(p.tp)), p.state, n))
         return PlanGroup(c.kind, tuple(layers), None, None, None, None, 0, p.state.name,
                          sum(t.total_bytes for t in tensors), 0, tensors, c.describe())
