@@ -23,6 +23,7 @@ KIND_LABELS = {
     "indexer": "indexer keys",
     "linear_state": "linear state",
     "mamba_state": "Mamba state",
+    "conv_state": "short-conv state",
     "cross": "cross",
     "shared": "shared KV",
     "none": "no cache",

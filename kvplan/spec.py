@@ -320,6 +320,14 @@ class MambaState(RecurrentState):
 
     kind: ClassVar[str] = "mamba_state"
     ssm_shape: tuple[int, ...] = ()
+    n_groups: int = 0  # Mamba-2's B/C groups (0: Mamba-1)
+
+    def conv_shape(self, tp: int = 1) -> tuple[int, int]:
+        """Mamba-2 under tensor parallelism: groups that tp does not divide are replicated up to tp first (vLLM
+        mamba_utils.py mamba2_state_shape and SGLang configs/mamba_utils.py Mamba2StateShape.create:
+        extra_groups_for_head_shards = tp - n_groups), widening the conv window by 2 x extra x d_state."""
+        extra = 0 if not self.n_groups or self.n_groups % tp == 0 else tp - self.n_groups
+        return self.conv_kernel - 1, (self.conv_dim + 2 * extra * self.ssm_shape[-1]) // tp
 
     def describe(self) -> str:
         return f"Mamba state: conv {self.conv_dim} x {self.conv_kernel}, SSM {'x'.join(map(str, self.ssm_shape))}"
@@ -343,6 +351,21 @@ class LinearAttentionState(RecurrentState):
             f"linear-attention state: conv {self.conv_dim} x {self.conv_kernel}, "
             f"recurrent {self.num_v_heads} x {self.key_head_dim} x {self.value_head_dim}"
         )
+
+
+@dataclass(frozen=True)
+class ShortConvState(RecurrentState):
+    """LFM2's short convolution (a gated depthwise conv over conv_dim channels): a conv window and no recurrent
+    matrix. A class of its own because a state rule that adds an SSM term would count one element too many."""
+
+    kind: ClassVar[str] = "conv_state"
+
+    @property
+    def ssm_shape(self) -> tuple[int, ...]:
+        return ()
+
+    def describe(self) -> str:
+        return f"short-conv state: conv {self.conv_dim} x {self.conv_kernel}"
 
 
 @dataclass(frozen=True)

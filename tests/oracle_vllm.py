@@ -278,6 +278,42 @@ MODELS: dict[str, Model] = {
     "qwen3-next": Model("Qwen--Qwen3-Next-80B-A3B-Thinking", {"num_hidden_layers": 8, "hidden_size": 256},
                         "8 layers: 6 Gated DeltaNet (16 k heads x 128, 32 v heads x 128, conv 4) + 2 full (16/2 x 256)",
                         llm_extra=SSM32),
+    # LFM2 (no bundled config: the Hub is unreachable here): LFM2-1.2B's shape scaled -- its full_attn_idxs pattern
+    # [2, 5, 8, 10, 12, 14] cut to 8 layers, conv_L_cache 3, conv_dim = hidden_size as its config.json states
+    "lfm2": Model(None, {}, "8 layers: 5 short-conv (512 x (3-1)) + 3 full (8/2 x 64), SwiGLU 2/3 x 1536 -> 1024", raw={
+        "architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "vocab_size": SCALED_VOCAB, "hidden_size": 512,
+        "num_hidden_layers": 8, "num_attention_heads": 8, "num_key_value_heads": 2, "full_attn_idxs": [2, 5, 7],
+        "conv_L_cache": 3, "conv_bias": False, "conv_dim": 512, "block_dim": 512, "block_ff_dim": 1536,
+        "intermediate_size": 1536, "block_multiple_of": 256, "block_ffn_dim_multiplier": 1.0,
+        "block_auto_adjust_ff_dim": True, "max_position_embeddings": 128000, "norm_eps": 1e-5,
+        "rope_theta": 1000000.0, "tie_embedding": True, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 7,
+        "torch_dtype": "bfloat16"}),
+    # a conv window as wide as a 32-token attention page (2,048 channels x (3-1) x 2 B = 32 x 1 KV head x 64 x 2 x 2 B):
+    # with --block-size 32 the state sets the page (a full-width window, 3 taps, would need 64-token blocks; in fp32
+    # 64 against 96); layer_types instead of full_attn_idxs, conv_bias on
+    "lfm2-wide": Model(None, {}, "4 layers: 3 short-conv (2048 x (3-1)) + 1 full (32/1 x 64), layer_types", raw={
+        "architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "vocab_size": SCALED_VOCAB, "hidden_size": 2048,
+        "num_hidden_layers": 4, "num_attention_heads": 32, "num_key_value_heads": 1,
+        "layer_types": ["conv", "full_attention", "conv", "conv"], "conv_L_cache": 3, "conv_bias": True,
+        "conv_dim": 2048, "block_dim": 2048, "block_ff_dim": 384, "block_multiple_of": 64,
+        "block_ffn_dim_multiplier": 1.0, "block_auto_adjust_ff_dim": True, "max_position_embeddings": 32768,
+        "norm_eps": 1e-5, "rope_theta": 1000000.0, "tie_embedding": True, "pad_token_id": 0, "bos_token_id": 1,
+        "eos_token_id": 7, "torch_dtype": "bfloat16"}),
+    # LFM2-MoE (LFM2-8B-A1B's form: layer_types, num_dense_layers 2 dense SwiGLU layers, then 32 experts top-4 with an
+    # fp32 expert bias) scaled to 6 layers and 4 experts
+    "lfm2-moe": Model(None, {}, "6 layers: 4 short-conv (512 x (3-1)) + 2 full (8/2 x 64); 2 dense, 4 MoE layers", raw={
+        "architectures": ["Lfm2MoeForCausalLM"], "model_type": "lfm2_moe", "vocab_size": SCALED_VOCAB,
+        "hidden_size": 512, "intermediate_size": 1536, "moe_intermediate_size": SCALED_FFN, "num_hidden_layers": 6,
+        "num_attention_heads": 8, "num_key_value_heads": 2,
+        "layer_types": ["conv", "conv", "full_attention", "conv", "conv", "full_attention"], "conv_L_cache": 3,
+        "conv_bias": False, "num_dense_layers": 2, "num_experts": SCALED_EXPERTS, "num_experts_per_tok": SCALED_TOPK,
+        "use_expert_bias": True, "norm_topk_prob": True, "routed_scaling_factor": 1.0, "norm_eps": 1e-5,
+        "rope_theta": 1000000.0, "max_position_embeddings": 128000, "tie_embedding": True, "pad_token_id": 0,
+        "bos_token_id": 1, "eos_token_id": 7, "torch_dtype": "bfloat16"}),
+    # Falcon-H1 (no bundled config): attention and a Mamba-2 mixer in every layer, its mu-P multipliers as the
+    # 0.5B release states them (activation scales only)
+    "falcon-h1": Model(None, {}, "4 layers, each full (4/2 x 64) + Mamba-2 (8 heads x 64 x state 64, 1 group, conv 4)",
+                       llm_extra=SSM32, raw={'architectures': ['FalconH1ForCausalLM'], 'model_type': 'falcon_h1', 'vocab_size': 256, 'hidden_size': 256, 'num_hidden_layers': 4, 'num_attention_heads': 4, 'num_key_value_heads': 2, 'head_dim': 64, 'intermediate_size': 512, 'mamba_d_ssm': 512, 'mamba_n_heads': 8, 'mamba_d_head': 64, 'mamba_d_state': 64, 'mamba_n_groups': 1, 'mamba_d_conv': 4, 'mamba_expand': 2, 'mamba_chunk_size': 128, 'mamba_conv_bias': True, 'mamba_proj_bias': False, 'projectors_bias': False, 'mamba_rms_norm': True, 'mamba_norm_before_gate': False, 'attention_bias': False, 'mlp_bias': False, 'tie_word_embeddings': False, 'max_position_embeddings': 16384, 'rms_norm_eps': 1e-05, 'rope_theta': 100000000000.0, 'attention_in_multiplier': 1.0, 'attention_out_multiplier': 0.9375, 'embedding_multiplier': 5.656854249492381, 'key_multiplier': 0.390625, 'lm_head_multiplier': 0.0390625, 'mlp_multipliers': [0.8838834764831844, 0.5859375], 'ssm_in_multiplier': 1.25, 'ssm_multipliers': [0.3535533905932738, 0.25, 0.3535533905932738, 0.5, 0.3535533905932738], 'ssm_out_multiplier': 0.23570226039551587, 'torch_dtype': 'bfloat16', 'pad_token_id': 0, 'bos_token_id': 1, 'eos_token_id': 11}),
     # Qwen3.5's text models (the vision tower plays no part in the cache): its config's mamba_ssm_dtype float32 is
     # what vLLM's Qwen3_5ForCausalLMConfig makes the SSM state, with no flag
     "qwen3.5": Model("Qwen--Qwen3.5-27B", {"num_hidden_layers": 8, "hidden_size": 256, "layer_types": None},
@@ -454,6 +490,15 @@ def _variations() -> list[Case]:
              kvplan_extra=("--state-dtype", "fp32")),
         # Gated DeltaNet keeps a bf16 SSM state on CPU when asked (the accelerated 'gdn' backend): all state in bf16
         Case("qwen3-next", tag="ssm-bf16", extra=(("mamba_ssm_cache_dtype", "bfloat16"),)),
+        # LFM2's short-conv state: its one conv window in float32 when asked, in fp8 with the KV cache, and 32-token blocks
+        Case("lfm2", tag="state32", extra=(("mamba_cache_dtype", "float32"),), kvplan_extra=("--state-dtype", "fp32")),
+        Case("lfm2", kv_cache_dtype="fp8"), Case("lfm2", block_size=32), Case("lfm2", kv_space_gib=2),
+        Case("lfm2-wide", tag="state32", block_size=32, extra=(("mamba_cache_dtype", "float32"),),
+             kvplan_extra=("--state-dtype", "fp32")),
+        Case("lfm2-wide", block_size=32), Case("lfm2-wide", kv_cache_dtype="fp8"),
+        Case("lfm2-moe", block_size=32),
+        Case("falcon-h1", tag="state32", extra=STATE32, kvplan_extra=("--state-dtype", "fp32")),
+        Case("falcon-h1", max_model_len=8192),
         # an explicit flag overrides Qwen3.5's config (vLLM warns and uses the flag); kvplan is told the same
         Case("qwen3.5", tag="ssm-bf16", extra=(("mamba_ssm_cache_dtype", "bfloat16"),),
              kvplan_extra=("--mamba-ssm-cache-dtype", "bf16")),

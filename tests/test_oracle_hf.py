@@ -147,3 +147,73 @@ def test_kimi_linear_params_are_the_checkpoint_tensors(config, tmp_path):
     truth = oracle.hf_param_counts(config)
     ours = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec.params
     assert ours == truth["params"] + truth["persistent_buffers_numel"]
+
+
+def _lfm2_configs():
+    """The vLLM oracle's two scaled LFM2 configs, and one with the other MLP / bias / tying branches."""
+    import oracle_vllm
+
+    a, b = (oracle_vllm.MODELS[m].raw for m in ("lfm2", "lfm2-wide"))
+    c = {**a, "conv_bias": True, "tie_embedding": False, "block_auto_adjust_ff_dim": False, "block_ff_dim": 640}
+    return [pytest.param(a, id="lfm2"), pytest.param(b, id="lfm2-wide"), pytest.param(c, id="lfm2-untied-bias")]
+
+
+def _lfm2_moe_configs():
+    import oracle_vllm
+
+    m = oracle_vllm.MODELS["lfm2-moe"].raw
+    return [pytest.param(m, id="lfm2-moe"), pytest.param({**m, "use_expert_bias": False, "num_dense_layers": 0,
+                                                          "tie_embedding": False}, id="lfm2-moe-nobias-untied")]
+
+
+@pytest.mark.parametrize("config", _lfm2_moe_configs())
+def test_lfm2_moe_params_and_cache_equal_transformers(config, tmp_path):
+    """Lfm2MoeForCausalLM on meta: parameters plus its persistent fp32 expert_bias buffers (in the checkpoint), and
+    the DynamicCache of one forward of [2, ctx] as kvplan's hf plan."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    truth = oracle.hf_param_counts(config)
+    ours = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec.params
+    assert ours == truth["params"] + truth["persistent_buffers_numel"]
+    for ctx in (SHORT_CTX, 300):
+        cache = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
+        r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
+        assert r.plan.kv_bytes == cache["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {cache['total']:,}"
+
+
+@pytest.mark.parametrize("config", _lfm2_configs())
+def test_lfm2_params_and_cache_equal_transformers(config, tmp_path):
+    """Lfm2ForCausalLM on meta: its parameters, and after one forward of [2, ctx] its DynamicCache -- K/V on the
+    attention layers, conv_states [2, hidden, conv_L_cache] fp16 on the conv layers -- as kvplan's hf plan."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec.params == \
+        oracle.hf_param_counts(config)["params"]
+    for ctx in (SHORT_CTX, 300):
+        truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
+        r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
+        assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"
+
+
+def _falcon_h1_configs():
+    import oracle_vllm
+
+    m = oracle_vllm.MODELS["falcon-h1"].raw
+    return [pytest.param(m, id="falcon-h1"),
+            pytest.param({**m, "mamba_rms_norm": False, "mamba_conv_bias": False, "tie_word_embeddings": True,
+                          "mamba_d_head": "auto", "mamba_n_groups": 2}, id="falcon-h1-groups2-tied")]
+
+
+@pytest.mark.parametrize("config", _falcon_h1_configs())
+def test_falcon_h1_params_and_cache_equal_transformers(config, tmp_path):
+    """FalconH1ForCausalLM on meta: its parameters (mup_vector is a non-persistent buffer), and after one forward of
+    [2, ctx] every layer's LinearAttentionAndFullAttentionLayer -- K/V fp16, conv [2, d_ssm + 2GS, d_conv] fp16,
+    SSM [2, heads, d_head, d_state] fp32 -- as kvplan's hf plan."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec.params == \
+        oracle.hf_param_counts(config)["params"]
+    for ctx in (SHORT_CTX, 300):
+        truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
+        r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
+        assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"

@@ -46,6 +46,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("granite-hybrid", _mt("granitemoehybrid"), hybrid.granite_hybrid),
     Family("bamba", _mt("bamba"), hybrid.bamba),
     Family("qwen3-next", _mt("qwen3_next"), hybrid.qwen3_next),
+    Family("lfm2", _mt("lfm2", "lfm2_moe"), hybrid.lfm2),
+    Family("falcon-h1", _mt("falcon_h1"), hybrid.falcon_h1),
     Family("qwen3.5", _mt("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"), hybrid.qwen3_5),
     Family("falcon", _mt("falcon", "RefinedWeb", "RefinedWebModel"), classic.falcon),
     Family("mpt", _mt("mpt"), classic.mpt, ("max_seq_len",)),

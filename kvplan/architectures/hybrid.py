@@ -2,7 +2,8 @@
 
 mamba (state only), mamba2, jamba (attn_layer_period/offset), nemotron-h (hybrid_override_pattern),
 qwen3-next and qwen3.5 (full_attention_interval / layer_types, Gated DeltaNet linear attention), Granite-4.0-H
-(granitemoehybrid: layer_types) and Bamba (attn_layer_indices), Mamba-2 + attention.
+(granitemoehybrid: layer_types) and Bamba (attn_layer_indices), Mamba-2 + attention, lfm2 (layer_types /
+full_attn_idxs, gated short convolution), falcon-h1 (attention and Mamba-2 side by side in every layer).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from dataclasses import dataclass
 from kvplan.architectures import base
 from kvplan.architectures.base import Cfg
 from kvplan.errors import ConfigError
-from kvplan.spec import FullAttention, LinearAttentionState, MambaState, NoCache, WeightPart
+from kvplan.spec import FullAttention, LinearAttentionState, MambaState, NoCache, ShortConvState, WeightPart
 
 
 def _dt_rank(c: Cfg, key: str, hidden: int) -> int:
@@ -83,7 +84,7 @@ def mamba2(top: Cfg, c: Cfg):
     n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
     heads, head_dim, state = c.need_int("num_heads"), c.need_int("head_dim"), c.need_int("state_size")
     groups, kernel = int(c.get("n_groups", default=1)), c.need_int("conv_kernel")
-    cache = MambaState(heads * head_dim + 2 * groups * state, kernel, (heads, head_dim, state))
+    cache = MambaState(heads * head_dim + 2 * groups * state, kernel, (heads, head_dim, state), groups)
     weights = [base.embedding(vocab, h, "embeddings")]
     for i in range(n):
         weights += base.norm("norm", h, layer=i)
@@ -188,7 +189,7 @@ def nemotron_h(top: Cfg, c: Cfg):
         c.need_all("mamba_num_heads", "mamba_head_dim", "ssm_state_size", "conv_kernel")
         m_heads, m_head_dim = c.need_int("mamba_num_heads"), c.need_int("mamba_head_dim")
         groups, state, kernel = int(c.get("n_groups", default=8)), c.need_int("ssm_state_size"), c.need_int("conv_kernel")
-        state_cache = MambaState(m_heads * m_head_dim + 2 * groups * state, kernel, (m_heads, m_head_dim, state))
+        state_cache = MambaState(m_heads * m_head_dim + 2 * groups * state, kernel, (m_heads, m_head_dim, state), groups)
     attn_cache = FullAttention(dims.kv_heads, head_dim, head_dim)
     bias = bool(c.get("attention_bias", default=False))
     for i, kind in enumerate(kinds):
@@ -341,7 +342,7 @@ def _ibm_hybrid_layers(c: Cfg, hidden: int, mixer_prefix: str):
     """Per layer: a Mamba-2 mixer (MambaState) or attention (FullAttention) and its weights; the rest of the
     decoder layer is the caller's."""
     heads, head_dim, groups, state, kernel = _ibm_mamba2(c, hidden)
-    state_cache = MambaState(heads * head_dim + 2 * groups * state, kernel, (heads, head_dim, state))
+    state_cache = MambaState(heads * head_dim + 2 * groups * state, kernel, (heads, head_dim, state), groups)
     proj_bias, conv_bias = bool(c.get("mamba_proj_bias", default=False)), bool(c.get("mamba_conv_bias", default=True))
 
     def mamba_layer(i: int):
@@ -404,6 +405,110 @@ def granite_hybrid(top: Cfg, c: Cfg):
     return caches, weights, is_tied
 
 
+def _lfm2_kinds(c: Cfg, n: int) -> list[str]:
+    """Lfm2Config.__post_init__: layer_types when given (a layer is attention unless "conv": Lfm2DecoderLayer), else
+    full_attention on full_attn_idxs (every layer when absent) and conv elsewhere."""
+    types = c.raw.get("layer_types")
+    if types is None:
+        idxs = c.raw.get("full_attn_idxs")
+        idxs = set(range(n)) if idxs is None else set(idxs)
+        return ["full" if i in idxs else "conv" for i in range(n)]
+    if not isinstance(types, list) or len(types) != n or any(t not in ("conv", "full_attention") for t in types):
+        found = f"{len(types)} entries" if isinstance(types, list) else base.brief(types)
+        raise ConfigError(f"{c.where}: layer_types must list 'conv' or 'full_attention' for each of the {n} layers "
+                          f"(found {found})")
+    return ["conv" if t == "conv" else "full" for t in types]
+
+
+def _lfm2_ffn(c: Cfg, hidden: int) -> int:
+    """Lfm2MLP's width: block_ff_dim (or intermediate_size), cut to 2/3, times block_ffn_dim_multiplier, rounded up
+    to block_multiple_of when block_auto_adjust_ff_dim. transformers rounds only when the multiplier is set, vLLM
+    (models/lfm2.py Lfm2MLP) always: a config where that differs is refused."""
+    inter = int(c.get("block_ff_dim", "intermediate_size", default=12288))
+    if not c.get("block_auto_adjust_ff_dim", default=True):
+        return inter
+    inter = int(2 * inter / 3)
+    of = int(c.get("block_multiple_of", default=256))
+    mult = c.raw["block_ffn_dim_multiplier"] if "block_ffn_dim_multiplier" in c.raw else 1.0  # null is meant
+    if mult is None:
+        if inter % of:
+            raise ConfigError(f"{c.where}: block_ffn_dim_multiplier null: transformers keeps the MLP width {inter}, "
+                              f"vLLM rounds it up to a multiple of {of}; kvplan does not pick one")
+        return inter
+    inter = int(mult * inter)
+    return of * ((inter + of - 1) // of)
+
+
+def _lfm2_moe_mlp(c: Cfg, layer: int, hidden: int) -> list[WeightPart]:
+    """Lfm2MoeSparseMoeBlock (transformers models/lfm2_moe; vLLM Lfm2MoeSparseMoeBlock): a router, its fp32
+    expert_bias when use_expert_bias (a persistent buffer in transformers, gate.e_score_correction_bias in vLLM: in
+    the checkpoint either way) and num_experts gated experts of moe_intermediate_size."""
+    c.need_all("num_experts", "moe_intermediate_size")
+    n, inter = c.need_int("num_experts"), c.need_int("moe_intermediate_size")
+    parts = base.router(layer, hidden, n, name="feed_forward.gate")
+    if c.get("use_expert_bias", default=True):
+        parts.append(WeightPart("feed_forward.expert_bias", (n,), "other", "text", "replicated", layer))
+    return parts + base.experts(layer, hidden, inter, n, prefix="feed_forward.experts")
+
+
+def lfm2(top: Cfg, c: Cfg):
+    """Lfm2ForCausalLM / Lfm2MoeForCausalLM: each layer an attention block (q/k RMS norms over head_dim) or a gated short convolution
+    (in_proj to B, C, x; depthwise conv of conv_L_cache taps; out_proj), then a SwiGLU MLP (w1, w3, w2); only the
+    attention layers grow a KV cache, a conv layer keeps conv_L_cache - 1 inputs (vLLM short_conv_state_shape). The
+    conv width is conv_dim and the MLP's block_dim in vLLM (both read from the config, which must carry them), hidden_size
+    in transformers: refused where they differ. lfm2_moe convolves hidden_size channels in both, has no
+    full_attn_idxs (layer_types is required), and puts a plain SwiGLU of intermediate_size on the first
+    num_dense_layers layers, the sparse MoE block on the rest."""
+    c.need_all("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads")
+    moe = str(c.get("model_type", default="")) == "lfm2_moe"
+    if moe:
+        c.need_all("layer_types")
+    n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
+    heads = c.need_int("num_attention_heads")
+    head_dim = h // heads  # vLLM Lfm2Attention: hidden_size // num_attention_heads
+    if int(c.get("head_dim", default=head_dim)) != head_dim:
+        raise ConfigError(f"{c.where}: head_dim {c.get('head_dim')} differs from hidden_size / num_attention_heads "
+                          f"({head_dim}): transformers reads head_dim, vLLM the quotient")
+    conv_dim = h if moe else int(c.get("conv_dim", default=h))
+    if conv_dim != h:
+        raise ConfigError(f"{c.where}: conv_dim {conv_dim} differs from hidden_size {h}: vLLM convolves conv_dim "
+                          "channels, transformers hidden_size")
+    if not moe and int(c.get("block_dim", default=h)) != h:
+        raise ConfigError(f"{c.where}: block_dim {c.get('block_dim')} differs from hidden_size {h}: vLLM builds the "
+                          "MLP on block_dim, transformers on hidden_size")
+    dims = base.AttnDims(heads, int(c.get("num_key_value_heads", default=heads)), head_dim, head_dim)
+    kernel, conv_bias = int(c.get("conv_L_cache", default=3)), bool(c.get("conv_bias", default=False))
+    ffn = c.need_int("intermediate_size") if moe else _lfm2_ffn(c, h)
+    dense_layers = int(c.get("num_dense_layers", default=2)) if moe else n
+    attn_cache, conv_cache = FullAttention(dims.kv_heads, head_dim, head_dim), ShortConvState(conv_dim, kernel)
+    caches, weights = [], [base.embedding(vocab, h)]
+    for i, kind in enumerate(_lfm2_kinds(c, n)):
+        if kind == "full":
+            caches.append((i, attn_cache))
+            weights += base.linear("self_attn.q_proj", h, heads * head_dim, layer=i)
+            weights += base.linear("self_attn.k_proj", h, dims.kv_heads * head_dim, layer=i)
+            weights += base.linear("self_attn.v_proj", h, dims.kv_heads * head_dim, layer=i)
+            weights += base.linear("self_attn.out_proj", heads * head_dim, h, split="row", layer=i)
+            weights += base.norm("self_attn.q_layernorm", head_dim, layer=i) + base.norm("self_attn.k_layernorm", head_dim, layer=i)
+        else:
+            caches.append((i, conv_cache))
+            weights += base.linear("conv.in_proj", h, 3 * conv_dim, bias=conv_bias, layer=i)
+            weights.append(WeightPart("conv.conv", (conv_dim, 1, kernel), "other", "text", "column", i))
+            if conv_bias:
+                weights.append(WeightPart("conv.conv.bias", (conv_dim,), "bias", "text", "column", i))
+            weights += base.linear("conv.out_proj", conv_dim, h, bias=conv_bias, split="row", layer=i)
+        if i < dense_layers:
+            weights += base.linear("feed_forward.w1", h, ffn, layer=i) + base.linear("feed_forward.w3", h, ffn, layer=i)
+            weights += base.linear("feed_forward.w2", ffn, h, split="row", layer=i)
+        else:
+            weights += _lfm2_moe_mlp(c, i, h)
+        weights += base.norm("operator_norm", h, layer=i) + base.norm("ffn_norm", h, layer=i)
+    weights += base.norm("embedding_norm", h)
+    is_tied = bool(c.get("tie_embedding", default=base.tied(top, c, True)))
+    weights += base.lm_head(vocab, h, is_tied)
+    return caches, weights, is_tied
+
+
 def bamba(top: Cfg, c: Cfg):
     """BambaForCausalLM (transformers models/bamba): attention on the layers listed in attn_layer_indices, Mamba-2
     elsewhere (none listed: every layer Mamba-2); a gated MLP (mlp_bias) on every layer. KV heads: 8 when the key is
@@ -431,6 +536,55 @@ def bamba(top: Cfg, c: Cfg):
             caches.append((i, cache))
             weights += parts
         weights += base.gated_mlp(i, h, inter, bias=mlp_bias, prefix="feed_forward")
+        weights += base.norm("input_layernorm", h, layer=i) + base.norm("pre_ff_layernorm", h, layer=i)
+    weights += base.norm("final_layernorm", h)
+    is_tied = base.tied(top, c, False)
+    weights += base.lm_head(vocab, h, is_tied)
+    return caches, weights, is_tied
+
+
+def falcon_h1(top: Cfg, c: Cfg):
+    """FalconH1ForCausalLM: every layer runs attention and a Mamba-2 mixer side by side (then a SwiGLU MLP), so each
+    layer holds a KV cache and a Mamba-2 state. mamba_d_ssm is FalconH1Config's 1024 when absent and
+    mamba_expand x hidden_size when null; mamba_d_head "auto" is d_ssm / mamba_n_heads. The mu-P multipliers scale
+    activations only (mup_vector is a non-persistent buffer): no weights, no cache. Biases vLLM 0.32 does not build
+    (models/falcon_h1.py: qkv/o and MLP bias-free, the mixer's out_proj biased by mamba_proj_bias where transformers
+    reads projectors_bias) are refused."""
+    c.need_all("num_hidden_layers", "hidden_size", "vocab_size", "num_attention_heads")
+    n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
+    for key in ("attention_bias", "mlp_bias"):
+        if c.get(key, default=False):
+            raise ConfigError(f"{c.where}: {key} true: transformers builds those biases, vLLM's Falcon-H1 does not")
+    proj_bias = bool(c.get("mamba_proj_bias", default=False))
+    if bool(c.get("projectors_bias", default=False)) != proj_bias:
+        raise ConfigError(f"{c.where}: projectors_bias differs from mamba_proj_bias: the mixer's out_proj bias follows "
+                          "projectors_bias in transformers, mamba_proj_bias in vLLM")
+    heads = c.need_int("num_attention_heads")
+    dims = base.AttnDims(heads, int(c.get("num_key_value_heads", default=heads)),
+                         int(c.get("head_dim", default=h // heads)), int(c.get("head_dim", default=h // heads)))
+    d_ssm = c.raw["mamba_d_ssm"] if "mamba_d_ssm" in c.raw else 1024
+    d_ssm = int(c.get("mamba_expand", default=2)) * h if d_ssm is None else int(d_ssm)
+    m_heads = int(c.get("mamba_n_heads", default=128))
+    m_head = c.get("mamba_d_head", default="auto")
+    m_head = d_ssm // m_heads if m_head == "auto" else int(m_head)
+    if m_heads * m_head != d_ssm:
+        raise ConfigError(f"{c.where}: mamba_n_heads {m_heads} x mamba_d_head {m_head} is not mamba_d_ssm {d_ssm} "
+                          "(FalconH1Config.validate_architecture)")
+    groups, state = int(c.get("mamba_n_groups", default=1)), int(c.get("mamba_d_state", default=256))
+    kernel = int(c.get("mamba_d_conv", default=4))
+    attn_cache = FullAttention(dims.kv_heads, dims.head_dim, dims.head_dim)
+    state_cache = MambaState(d_ssm + 2 * groups * state, kernel, (m_heads, m_head, state), groups)
+    inter = c.need_int("intermediate_size")
+    caches, weights = [], [base.embedding(vocab, h)]
+    for i in range(n):
+        caches += [(i, attn_cache), (i, state_cache)]
+        weights += base.attention_block(i, h, dims)
+        mixer = _mamba2_mixer(i, h, m_heads, m_head, groups, state, kernel, proj_bias=proj_bias,
+                              conv_bias=bool(c.get("mamba_conv_bias", default=True)), prefix="mamba")
+        if not c.get("mamba_rms_norm", default=False):
+            mixer = [w for w in mixer if w.name != "mamba.norm"]
+        weights += mixer
+        weights += base.gated_mlp(i, h, inter, prefix="feed_forward")
         weights += base.norm("input_layernorm", h, layer=i) + base.norm("pre_ff_layernorm", h, layer=i)
     weights += base.norm("final_layernorm", h)
     is_tied = base.tied(top, c, False)

@@ -148,6 +148,19 @@ FIELDS: dict[str, Rule] = {
     **_fields(Rule("int", 0, MAX_DIM), "shared_intermediate_size"),
     **_fields(_TEXT, "position_embedding_type"),
     **_fields(Rule("int_list", 0, MAX_LAYERS), "attn_layer_indices"),
+    # LFM2 (transformers Lfm2Config): conv window taps, the conv width vLLM reads, the MLP width and its sizing
+    **_fields(Rule("int", 2, 1 << 10), "conv_L_cache"),
+    **_fields(_DIM, "conv_dim", "block_dim", "block_multiple_of"),
+    **_fields(_WIDTH, "block_ff_dim"),
+    **_fields(Rule("number", 0, 1 << 10), "block_ffn_dim_multiplier"),
+    **_fields(_FLAG, "conv_bias", "block_auto_adjust_ff_dim", "tie_embedding"),
+    **_fields(Rule("int_list", 0, MAX_LAYERS), "full_attn_idxs"),
+    **_fields(Rule("int", 0, MAX_LAYERS), "num_dense_layers"),
+    **_fields(_FLAG, "use_expert_bias"),
+    # Falcon-H1 (FalconH1Config): the Mamba-2 mixer beside attention in every layer (mamba_n_heads, mamba_n_groups
+    # and mamba_d_head as Granite's above)
+    **_fields(_DIM, "mamba_d_ssm"),
+    **_fields(_FLAG, "mamba_rms_norm", "projectors_bias"),
     **_fields(_DIM, "moe_latent_size"),  # Nemotron-3 Super / Ultra: the experts' width
     **_fields(_WIDTH, "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
               "moe_shared_expert_intermediate_size",

@@ -21,7 +21,7 @@ from kvplan.errors import InputError
 from kvplan.parallel import heads_unsplit
 from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
                          KimiDeltaState, LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState,
-                         SharedKV, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
+                         SharedKV, ShortConvState, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,17 @@ class KimiStateLayer(StateLayer):
         return super().tensors(c, ctx, batch, p)
 
 
+
+@dataclass(frozen=True)
+class ShortConvStateLayer(StateLayer):
+    """LFM2's conv layers (cache_utils.py LAYER_TYPE_MAPPING "conv" -> LinearAttentionLayer): one conv window
+    [batch, hidden, conv_L_cache] in the compute dtype (lazy_initialization keeps the full kernel width); the
+    recurrent state is never written (Lfm2ShortConv only calls update_conv_state)."""
+
+    def tensors(self, c: ShortConvState, ctx: int, batch: int, p: "Prepared") -> list:
+        return [tensor("conv_states", (batch, c.conv_dim, c.conv_kernel), p.kvd.state or p.model_dt)]
+
+
 KIND_RULES: dict[type, Any] = {
     FullAttention: KVLayer(),
     WindowBeyondContext: KVLayer(),  # a window beyond the context is full attention here
@@ -162,6 +173,7 @@ KIND_RULES: dict[type, Any] = {
     MambaState: StateLayer("ssm_states"),
     LinearAttentionState: StateLayer("recurrent_states"),
     KimiDeltaState: KimiStateLayer("recurrent_states"),
+    ShortConvState: ShortConvStateLayer("conv_states"),
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
     **layout.DEEPSEEK_V4_NOT_MODELLED,

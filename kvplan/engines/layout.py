@@ -97,6 +97,20 @@ def check_rules(engine: str, rules: Mapping[type, Any], caches: Caches) -> None:
         rule_for(engine, rules, cls)
 
 
+def refuse_parallel_hybrid(engine: str, caches: Caches, why: str) -> None:
+    """A layer holding both attention and a recurrent state (Falcon-H1's parallel attention + Mamba-2): refused by an
+    engine whose layout for it kvplan has not read, rather than sized as two separate layers' caches."""
+    from kvplan.spec import NoCache, RecurrentState, SharedKV
+
+    kinds: dict[int, set[bool]] = {}
+    for layer, c in caches:
+        if not isinstance(c, (NoCache, SharedKV)):
+            kinds.setdefault(layer, set()).add(isinstance(c, RecurrentState))
+    if any(len(k) == 2 for k in kinds.values()):
+        raise UnsupportedKind(f"kvplan does not model {engine}'s cache for layers holding attention and a Mamba state "
+                              f"side by side (Falcon-H1) yet: {why}")
+
+
 def stages(spec: ModelSpec, pp: int) -> tuple[Caches, ...]:
     """The (layer, cache) entries of each pipeline stage (vLLM's layer split, which kvplan uses for every engine)."""
     return tuple(spec.caches_of_layers(set(r)) for r in pp_partition(spec.num_layers, pp))

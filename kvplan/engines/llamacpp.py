@@ -27,7 +27,7 @@ from kvplan.errors import InputError
 from kvplan.parallel import heads_unsplit
 from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, KimiDeltaState,
                          LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState, SharedKV,
-                         SlidingWindow, SparseLatentAttention, WindowBeyondContext)
+                         ShortConvState, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -193,6 +193,8 @@ KIND_RULES: dict[type, Any] = {
     MsaIndexerKeys: layout.NotModelled("llama.cpp keeps MiniMax-M3 in its own llama_kv_cache_msa (src/llama-kv-cache-msa.h: an index-key cache beside K/V on the sparse layers), which kvplan does not lay out yet"),
     MambaState: RecurrentRows(),
     LinearAttentionState: RecurrentRows(),
+    ShortConvState: layout.NotModelled("llama.cpp runs LFM2 GGUFs (n_embd_r = n_embd x (L_cache - 1), "
+                                       "src/llama-hparams.cpp), but kvplan has not checked its layout against a run yet"),
     KimiDeltaState: RecurrentRows(),  # n_embd_r = 3 x (d_conv - 1) x n_head x head_dim, n_embd_s = head_dim^2 x n_head
     SharedKV: layout.NO_CACHE,
     NoCache: ZeroHeadCells(),

@@ -20,7 +20,7 @@ from kvplan.errors import InputError
 from kvplan.parallel import heads_floor, pad_to
 from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
                          KimiDeltaState, LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState,
-                         SharedKV, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
+                         SharedKV, ShortConvState, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -32,9 +32,11 @@ class Rules:
     dsa_blackwell_plain_fp8: bool = False
     # Kimi Linear (srt/models/kimi_linear.py, configs/kimi_linear.py) is a 0.5 model; the 0.4 rule set predates it
     kda: bool = True
+    # LFM2 / LFM2-MoE (srt/models/lfm2.py, lfm2_moe.py) read in 0.5.10; the 0.4 rule set is not known to have them
+    short_conv: bool = True
 
 
-VERSIONS = [("0.4", Rules(False, kda=False)), ("0.5", Rules(True)),
+VERSIONS = [("0.4", Rules(False, kda=False, short_conv=False)), ("0.5", Rules(True)),
             ("0.5.23", Rules(True, dsa_blackwell_plain_fp8=True))]
 DSA_PAGE = 64  # arg_groups/model_overrides/deepseek_v2.py: DSA models run with page_size 64 (even over --page-size)
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2")  # cache dtypes this engine can store
@@ -170,6 +172,25 @@ class StateSlots:
 
 
 @dataclass(frozen=True)
+class ShortConvSlots(StateSlots):
+    """LFM2's conv layers in MambaPool (configs/lfm2.py, lfm2_moe.py mamba2_cache_params, 0.5.10): a
+    Mamba2StateShape of hidden_size channels, n_groups 1 and state_size 0, so conv (hidden / tp, L_cache - 1) in the
+    conv dtype and a temporal state (1, hidden, 0) of no bytes."""
+
+    def group(self, c: ShortConvState, layers: list[int], ctx: int, batch: int, p: "Prepared") -> PlanGroup:
+        if not p.selected.rules.short_conv:
+            raise layout.UnsupportedKind(f"{p.selected.label}: kvplan read SGLang's LFM2 models in 0.5.10 only; "
+                                         "--engine sglang@0.5 plans it")
+        if c.conv_dim % p.tp:
+            raise InputError(f"--tp {p.tp} does not divide the model's hidden_size {c.conv_dim} (SGLang's "
+                             "Mamba2StateShape divides the conv width exactly)")
+        n = len(layers)
+        tensors = (tensor("conv_state", (batch, *c.conv_shape(p.tp)), p.state[0], n),)
+        return PlanGroup(c.kind, tuple(layers), None, None, None, None, 0, "state",
+                         sum(t.total_bytes for t in tensors), 0, tensors, c.describe())
+
+
+@dataclass(frozen=True)
 class KdaSlots(StateSlots):
     """Kimi Delta Attention in MambaPool (configs/mamba_utils.py KimiLinearStateShape, 0.5.10): conv (kernel - 1,
     3 x heads x head_dim / tp) and temporal (heads / tp, head_dim, head_dim) per request, in
@@ -203,6 +224,7 @@ KIND_RULES: dict[type, Any] = {
     MambaState: StateSlots(),
     LinearAttentionState: StateSlots(),
     KimiDeltaState: KdaSlots(),
+    ShortConvState: ShortConvSlots(),
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
     **layout.DEEPSEEK_V4_NOT_MODELLED,

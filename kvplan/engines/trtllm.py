@@ -16,7 +16,7 @@ from kvplan.engines.versions import Selected, select
 from kvplan.parallel import heads_ceil
 from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
                          KimiDeltaState, LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState,
-                         SharedKV, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
+                         SharedKV, ShortConvState, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,10 @@ class StateBuffers:
 
     def group(self, c: RecurrentState, layers: list[int], ctx: int, batch: int, p: "Prepared") -> PlanGroup:
         n = len(layers)
-        tensors = (tensor("conv_state", (batch, *c.conv_shape(p.tp)), p.state, n),
+        # conv_dim / tp as before: whether TensorRT-LLM replicates Mamba-2 groups tp does not divide (as vLLM and
+        # SGLang do, MambaState.conv_shape) is not read here
+        conv = RecurrentState.conv_shape(c, p.tp)
+        tensors = (tensor("conv_state", (batch, *conv), p.state, n),
                    tensor("ssm_state", (batch, *c.ssm_shape_for(p.tp)), p.state, n))
         return PlanGroup(c.kind, tuple(layers), None, None, None, None, 0, p.state.name,
                          sum(t.total_bytes for t in tensors), 0, tensors, c.describe())
@@ -145,6 +148,7 @@ KIND_RULES: dict[type, Any] = {
     MsaIndexerKeys: layout.NotModelled("TensorRT-LLM's MiniMax-M3 sparse attention (sparse_attention_config algorithm minimax_m3) is not in the source kvplan read"),
     MambaState: StateBuffers(),
     LinearAttentionState: StateBuffers(),
+    ShortConvState: layout.NotModelled("kvplan has not read TensorRT-LLM's source for LFM2's short-conv layers"),
     KimiDeltaState: layout.NotModelled("TensorRT-LLM runs Kimi-K3 (examples/kimi_k3: KVCacheManagerV2, or the V1 "
                                        "MixedMambaHybridCacheManager) but kvplan has not read how it pools the Kimi "
                                        "Delta Attention state"),
@@ -204,6 +208,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
             gpu: base.GpuContext | None = None) -> Prepared:
     layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
+    layout.refuse_parallel_hybrid(ENGINE.name, spec.caches, "TensorRT-LLM's source for it is not read here")
     tpb = int(opts.get("tokens_per_block") or selected.rules.tokens_per_block)
     notes = [f"{tpb} tokens per block" + ("" if opts.get("tokens_per_block") else f" (TensorRT-LLM {selected.version} default)"),
              "KV heads per GPU = ceil(heads / tp); MLA kv_factor 1 (latent only)"]

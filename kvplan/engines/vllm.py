@@ -23,7 +23,7 @@ from kvplan.parallel import heads_floor
 from kvplan.spec import (ChunkedLocal, CompressedIndexerKeys, CompressedLatent, CompressorState, CrossAttention,
                          FullAttention, IndexerKeys, KimiDeltaState, LatentAttention, LayerCache,
                          LinearAttentionState, MambaState, MsaIndexerKeys,
-                         ModelSpec, NoCache, RecurrentState, SharedKV, SlidingLatent, SlidingWindow,
+                         ModelSpec, NoCache, RecurrentState, SharedKV, ShortConvState, SlidingLatent, SlidingWindow,
                          SparseLatentAttention, WindowBeyondContext)
 
 
@@ -451,6 +451,17 @@ def _kda(c: KimiDeltaState, env: SpecEnv) -> VSpec:
                      state_blocks=2 + checkpoint if env.state_align else 1)
 
 
+def _short_conv(c: ShortConvState, env: SpecEnv) -> VSpec:
+    """ShortConv (LFM2; layers/mamba/short_conv.py get_state_shape -> mamba_utils.py short_conv_state_shape): one conv
+    window (conv_L_cache - 1, conv_dim / tp) in the conv dtype (short_conv_state_dtype), no SSM term; 2 pages per
+    request in "align" mode like every MambaSpec without the Mamba-2 checkpoint."""
+    if c.conv_dim % env.tp:
+        raise InputError(f"--tp {env.tp} does not divide the model's conv_dim {c.conv_dim} (vLLM's "
+                         "short_conv_state_shape divides it exactly)")
+    conv, _ = env.state_dtypes
+    return MambaSpec(env.block, state_bytes=conv.nbytes(prod(c.conv_shape(env.tp))), state_blocks=2 if env.state_align else 1)
+
+
 # get_kv_cache_spec per layer kind: KV-sharing consumers and MLP-only layers get no spec
 KIND_RULES: dict[type, Any] = {
     FullAttention: _full,
@@ -469,6 +480,7 @@ KIND_RULES: dict[type, Any] = {
     MambaState: _mamba,
     LinearAttentionState: _mamba,
     KimiDeltaState: _kda,
+    ShortConvState: _short_conv,
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
 }
