@@ -221,7 +221,8 @@ def _print_json(data: Any) -> None:
 
 
 # ---------------------------------------------------------------------------------------------- size
-@app.command(cls=GroupedCommand, help="KV cache per token and for batch x ctx, weights and the total, exactly.\n\n"
+@app.command(cls=GroupedCommand, short_help="KV cache, weights and their sum, exactly.",
+             help="KV cache per token and for batch x ctx, weights and the total, exactly.\n\n"
               "Examples: kvplan size llama-3.1-8b --ctx 32k --batch 8;  kvplan size deepseek-v3 --tp 8 --kv-dtype fp8 --json")
 def size(
     model: Annotated[str, typer.Argument(metavar="MODEL", autocompletion=complete_model, help="alias (kvplan models), Hub id org/name, a path to config.json or a .gguf, or org/name:file.gguf")],
@@ -258,7 +259,8 @@ def size(
 
 
 # ---------------------------------------------------------------------------------------------- fit
-@app.command(cls=GroupedCommand, help="What fits on a GPU: max batch at a context, max context at a batch, the frontier; or the whole catalog.\n\n"
+@app.command(cls=GroupedCommand, short_help="What fits on a GPU: batch x context limits.",
+             help="What fits on a GPU: max batch at a context, max context at a batch, the frontier; or the whole catalog.\n\n"
               "Examples: kvplan fit llama-3.1-8b --gpu L4 --ctx 8k;  kvplan fit --gpu 24GB;  kvplan fit qwen3-32b --gpu 2xH100 --kv-budget 60GiB")
 def fit(
     gpu: Annotated[str, typer.Option("--gpu", "-g", metavar="GPU", autocompletion=complete_gpu, help="catalog name (kvplan gpus), a size such as 24GB, or NxGPU such as 8xH100")],
@@ -350,7 +352,8 @@ def _parse_reserve(text: str | None) -> int | None:
 
 
 # ---------------------------------------------------------------------------------------------- plan
-@app.command(cls=GroupedCommand, help="Capacity for a traffic mix: requests running at once under vLLM's scheduler, a decode-speed bound, "
+@app.command(cls=GroupedCommand, short_help="A traffic mix: requests at once, speed, GPUs.",
+             help="Capacity for a traffic mix: requests running at once under vLLM's scheduler, a decode-speed bound, "
                   "and GPUs for N users at a time per output token.\n\n"
                   "Example: kvplan plan llama-3.1-8b --gpu H100 --prompt 500-3000 --output 100-800 --users 2000 --tpot 30ms")
 def plan(
@@ -425,7 +428,8 @@ def plan(
 
 
 # ---------------------------------------------------------------------------------------------- explain
-@app.command(cls=GroupedCommand, help="Read an engine's start-up log (vLLM, SGLang, llama.cpp, TensorRT-LLM) and reproduce every "
+@app.command(cls=GroupedCommand, short_help="Reproduce the KV figures of an engine's log.",
+             help="Read an engine's start-up log (vLLM, SGLang, llama.cpp, TensorRT-LLM) and reproduce every "
                   "KV-related number it printed, or say why not. Exit 1 when an exact figure differs.\n\n"
                   "Examples: kvplan explain vllm.log;  docker logs vllm 2>&1 | kvplan explain - --gpu H100;  "
                   "kvplan explain server.log --model ./model.gguf")
@@ -489,7 +493,8 @@ def _read_log(path: str) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- check
-@app.command(cls=GroupedCommand, help="CI capacity checks: deployments in YAML must fit (exit 0 all pass, 1 any fails, 2 a file is invalid).\n\n"
+@app.command(cls=GroupedCommand, short_help="CI capacity checks from YAML (exit 0/1/2).",
+             help="CI capacity checks: deployments in YAML must fit (exit 0 all pass, 1 any fails, 2 a file is invalid).\n\n"
               "Examples: kvplan check kvplan.yaml;  kvplan check a.yaml b.yaml --format junit --output kvplan.xml")
 def check(
     files: Annotated[list[str], typer.Argument(metavar="FILE...", help="kvplan.yaml files (defaults + deployments; README: CI capacity checks)")],
@@ -543,7 +548,8 @@ def check(
 
 
 # ---------------------------------------------------------------------------------------------- models, gpus
-@app.command(cls=GroupedCommand, help="List the bundled catalog (every alias and its Hub id), or search it (--search, --hub for the Hub).\n\n"
+@app.command(cls=GroupedCommand, short_help="List or search the models (bundled, Hub).",
+             help="List the bundled catalog (every alias and its Hub id), or search it (--search, --hub for the Hub).\n\n"
               "Examples: kvplan models;  kvplan models --search qwen3;  kvplan models --search gemma --hub")
 def models(
     search: Annotated[Optional[str], typer.Option("--search", "-s", metavar="TEXT", help="text to look for in aliases and Hub ids")] = None,
@@ -576,7 +582,8 @@ def models(
         render.console().print(render.models_view(rows, title))
 
 
-@app.command(cls=GroupedCommand, help="Cache configs and safetensors headers of Hub models so later runs (and CI) work --offline.\n\n"
+@app.command(cls=GroupedCommand, short_help="Cache Hub configs for --offline runs.",
+             help="Cache configs and safetensors headers of Hub models so later runs (and CI) work --offline.\n\n"
               "Example: kvplan pull Qwen/Qwen3-8B meta-llama/Llama-3.1-8B --token $HF_TOKEN")
 def pull(
     models: Annotated[list[str], typer.Argument(help="Hub ids (org/name) or aliases")],
@@ -598,7 +605,8 @@ def pull(
                          + (f"  [{p.note}]" if p.note else "") + "\n")
 
 
-@app.command(cls=GroupedCommand, help="List the GPU catalog (names, aliases, nvidia-smi and CUDA totals, bandwidth); --local: this machine's GPUs.\n\n"
+@app.command(cls=GroupedCommand, short_help="List the GPU catalog, or this machine's GPUs.",
+             help="List the GPU catalog (names, aliases, nvidia-smi and CUDA totals, bandwidth); --local: this machine's GPUs.\n\n"
               "Examples: kvplan gpus;  kvplan gpus --local --json")
 def gpus(
     json_out: Json = False,
@@ -623,7 +631,8 @@ def gpus(
 
 
 # ---------------------------------------------------------------------------------------------- verify
-@app.command(cls=GroupedCommand, help="Check predictions against a live torch allocation (CUDA, or CPU without a GPU): allocate the "
+@app.command(cls=GroupedCommand, short_help="Check predictions on a live allocation.",
+             help="Check predictions against a live torch allocation (CUDA, or CPU without a GPU): allocate the "
                   "CachePlan and measure it; --fit finds the real limit; --with-model runs transformers' model code. "
                   "Exit 1 when a check fails. Needs torch: pip install \"kvplan[verify]\".\n\n"
                   "Examples: kvplan verify llama-3.2-1b --ctx 4096 --batch 2;  kvplan verify gemma-2-9b --with-model;  "

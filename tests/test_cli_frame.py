@@ -102,6 +102,20 @@ def test_h_is_help_everywhere_and_version_names_the_stack():
     assert v.out.startswith("kvplan ") and "Python " in v.out and "typer " in v.out and "huggingface_hub " in v.out
 
 
+@pytest.mark.parametrize("columns", [60, 80, 120])
+def test_the_command_list_shows_every_summary_whole(columns, monkeypatch):
+    """click cuts a command's first help sentence to fit its list ("weights and the total,..."); each command
+    carries a short summary that the list shows whole, at 60 columns too, and its full help under `CMD -h`."""
+    monkeypatch.setenv("COLUMNS", str(columns))
+    text = run_cli("-h").out
+    listing = text.split("Commands:", 1)[1].split("\n\n", 1)[0]
+    rows = [line.split(None, 1) for line in listing.strip().splitlines()]
+    names = {row[0] for row in rows}
+    assert names == {"size", "fit", "plan", "explain", "check", "models", "pull", "gpus", "verify"}
+    assert all(len(row) == 2 and not row[1].endswith("...") for row in rows), listing
+    assert max(len(line) for line in text.splitlines()) <= columns
+
+
 def test_top_level_help_states_the_exit_codes():
     assert "130 interrupted" in " ".join(run_cli("--help").out.split())
 
