@@ -1004,6 +1004,24 @@ class ModelHit:
     match: str = "substring"  # substring | close | hub
 
 
+def _list_models_page(hf: Any, ctx: _Ctx, text: str, limit: int, token: str | None) -> list[Any]:
+    """The first page of HfApi.list_models(search=text, limit=limit), as one request. list_models pages through
+    http_backoff, which retries a refused or unresolvable connection five times with back-off: with the network
+    down a search spent the whole deadline (10.4 s) where one failed request already says so."""
+    from huggingface_hub.utils import build_hf_headers, hf_raise_for_status, http_backoff
+
+    params: dict[str, Any] = {"search": text}
+    if limit:
+        params["limit"] = limit
+    response = http_backoff("GET", f"{ctx.endpoint}/api/models", params=params, max_retries=0,
+                            headers=build_hf_headers(token=token), timeout=ctx.timeout)
+    hf_raise_for_status(response)
+    items = response.json()
+    if not isinstance(items, list):
+        raise ValueError(f"the Hub's model list is not a list ({type(items).__name__})")
+    return [hf.ModelInfo(**{"siblings": None, **item}) for item in items if isinstance(item, dict)]
+
+
 def search_models(
     text: str,
     *,
@@ -1031,9 +1049,8 @@ def search_models(
         raise InputError("--hub search needs the Hub, but HF_HUB_OFFLINE is set; drop --hub to search the catalog")
     ctx = _Ctx(text, "main", resolve_endpoint(endpoint), resolve_timeout(timeout))
     hf = _hf()
-    api = hf.HfApi(endpoint=ctx.endpoint)
     try:
-        found = _bounded(lambda: list(api.list_models(search=text, limit=limit, token=token)), ctx.timeout,
+        found = _bounded(lambda: _list_models_page(hf, ctx, text, limit, token), ctx.timeout,
                          f"searching the Hub for {text!r}")
     except Exception as e:
         raise _explain(e, ctx).error from None

@@ -196,6 +196,17 @@ def test_unreachable_endpoint(fake_hub: FakeHub) -> None:
         hub.fetch_config("acme/tiny", timeout=2, endpoint=url)
 
 
+def test_a_hub_search_with_the_network_down_fails_at_once(fake_hub: FakeHub) -> None:
+    """One request, no retries with back-off: list_models' http_backoff spent the whole deadline (10 s) on a
+    connection that is refused at once."""
+    url = fake_hub.url
+    fake_hub.stop()
+    t0 = time.monotonic()
+    with pytest.raises(EnvironmentProblem, match="cannot reach"):
+        hub.search_models("llama", hub=True, timeout=10, endpoint=url)
+    assert time.monotonic() - t0 < 3
+
+
 def test_timeout_setting(monkeypatch) -> None:
     monkeypatch.delenv("KVPLAN_HUB_TIMEOUT", raising=False)
     assert hub.resolve_timeout() == 10
