@@ -272,6 +272,15 @@ def _yes(ok: bool) -> str:
     return "[green]yes[/green]" if ok else "[red]no[/red]"
 
 
+def _concurrency_words(c: Any, ctx: int) -> str:
+    """vLLM's "Maximum concurrency" is for requests of its max_model_len, not of the row's ctx: say which."""
+    if c.concurrency is None:
+        return ""
+    mml = c.details.get("max_model_len")
+    basis = f" at max_model_len {fmt_int(mml)}" if mml and mml != ctx else ""
+    return f"   concurrency {c.concurrency:.2f}x{basis}"
+
+
 def fit_one_view(report: Any) -> Group:
     r = report.results[0]
     s, c = r.setup, r.capacity
@@ -297,7 +306,7 @@ def fit_one_view(report: Any) -> Group:
                  + (f"   likely {fmt_int(r.kv_capacity_tokens_range[0])} .. {fmt_int(r.kv_capacity_tokens_range[1])}"
                     if r.kv_capacity_tokens_range else ""))
     head.add_row(f"at ctx {fmt_int(r.ctx)}", f"max batch {fmt_int(r.max_batch)}" + (f"  [dim](engine cap {fmt_int(c.engine_batch_cap)})[/dim]" if c.engine_batch_cap else "")
-                 + (f"   concurrency {c.concurrency:.2f}x" if c.concurrency is not None else ""))
+                 + _concurrency_words(c, r.ctx))
     head.add_row(f"at batch {fmt_int(r.batch)}", f"max ctx {fmt_int(r.max_ctx)}" + (f"  [dim](model max {fmt_int(s.max_ctx)})[/dim]" if s.max_ctx else ""))
     budget = Table(title="KV budget (limiting GPU)", title_justify="left", show_header=False)
     budget.add_column()

@@ -126,3 +126,17 @@ def test_fit_says_where_the_kv_budget_came_from():
     given = kvjson("fit", "--gpu", "L4", "--model", "llama-3.1-8b", "--kv-budget", "5GiB")["results"][0]
     assert estimated["kv_budget_source"] == "estimated"
     assert given["kv_budget_source"] == "flag" and given["kv_budget_bytes"] == 5 << 30
+
+
+def test_the_concurrency_row_names_the_length_it_is_for(monkeypatch):
+    """vLLM's "Maximum concurrency" is for requests of max_model_len; printed on the `at ctx 4,096` row it says so
+    (issue 14: a 0.38x beside max batch 12 read as a contradiction)."""
+    monkeypatch.setenv("COLUMNS", "160")
+    args = ("fit", "--gpu", "24GB", "--model", "llama-3.1-8b")
+    r = kvjson(*args)["results"][0]
+    mml = r["engine_details"]["max_model_len"]
+    assert r["ctx"] == 4096 and mml == 131072 and r["concurrency"] < 1 <= r["max_batch"]
+    text = " ".join(run_cli(*args).out.split())
+    assert f"concurrency {r['concurrency']:.2f}x at max_model_len {mml:,}" in text
+    same = run_cli("fit", "--gpu", "24GB", "--model", "llama-3.1-8b", "--ctx", "131072").out
+    assert "concurrency" in same and "at max_model_len" not in same
