@@ -314,6 +314,32 @@ MODELS: dict[str, Model] = {
     # 0.5B release states them (activation scales only)
     "falcon-h1": Model(None, {}, "4 layers, each full (4/2 x 64) + Mamba-2 (8 heads x 64 x state 64, 1 group, conv 4)",
                        llm_extra=SSM32, raw={'architectures': ['FalconH1ForCausalLM'], 'model_type': 'falcon_h1', 'vocab_size': 256, 'hidden_size': 256, 'num_hidden_layers': 4, 'num_attention_heads': 4, 'num_key_value_heads': 2, 'head_dim': 64, 'intermediate_size': 512, 'mamba_d_ssm': 512, 'mamba_n_heads': 8, 'mamba_d_head': 64, 'mamba_d_state': 64, 'mamba_n_groups': 1, 'mamba_d_conv': 4, 'mamba_expand': 2, 'mamba_chunk_size': 128, 'mamba_conv_bias': True, 'mamba_proj_bias': False, 'projectors_bias': False, 'mamba_rms_norm': True, 'mamba_norm_before_gate': False, 'attention_bias': False, 'mlp_bias': False, 'tie_word_embeddings': False, 'max_position_embeddings': 16384, 'rms_norm_eps': 1e-05, 'rope_theta': 100000000000.0, 'attention_in_multiplier': 1.0, 'attention_out_multiplier': 0.9375, 'embedding_multiplier': 5.656854249492381, 'key_multiplier': 0.390625, 'lm_head_multiplier': 0.0390625, 'mlp_multipliers': [0.8838834764831844, 0.5859375], 'ssm_in_multiplier': 1.25, 'ssm_multipliers': [0.3535533905932738, 0.25, 0.3535533905932738, 0.5, 0.3535533905932738], 'ssm_out_multiplier': 0.23570226039551587, 'torch_dtype': 'bfloat16', 'pad_token_id': 0, 'bos_token_id': 1, 'eos_token_id': 11}),
+    # Zamba2 (no genuine config bundled): Mamba-2 on every layer, the shared attention (2 x hidden wide, head_dim
+    # 2 x hidden / heads) on the hybrid ones, each position its own K/V; two shared blocks with q/k/v adapters and
+    # rope, then one block, two groups, use_long_context (16384 positions) and no attention adapters
+    "zamba2": Model(None, {}, "7 layers Mamba-2 (8 heads x 64 x state 64, 1 group, conv 4); layers 1, 3, 5 also "
+                    "full attention 4 x 128 (2 shared blocks, q/k/v adapters, mem rope)", llm_extra=SSM32,
+                    raw={"architectures": ["Zamba2ForCausalLM"], "model_type": "zamba2", "vocab_size": 256,
+                         "hidden_size": 256, "num_hidden_layers": 7,
+                         "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid", "mamba", "hybrid", "mamba"],
+                         "num_attention_heads": 4, "num_key_value_heads": 4, "intermediate_size": 64,
+                         "mamba_d_state": 64, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_ngroups": 1,
+                         "n_mamba_heads": 8, "num_mem_blocks": 2, "adapter_rank": 8,
+                         "use_shared_attention_adapter": True, "use_mem_rope": True, "hidden_act": "gelu",
+                         "max_position_embeddings": 4096, "rope_theta": 10000, "tie_word_embeddings": True,
+                         "torch_dtype": "bfloat16", "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}),
+    "zamba2-long": Model(None, {}, "6 layers Mamba-2 (4 heads x 128 x state 128, 2 groups: a state page above a "
+                         "128-token attention page); layers 2, 5 also full attention 8 x 64 (one shared block, no "
+                         "q/k/v adapters), use_long_context (16384 positions)",
+                         llm_extra=SSM32, max_model_len=16384,
+                         raw={"architectures": ["Zamba2ForCausalLM"], "model_type": "zamba2", "vocab_size": 256,
+                              "hidden_size": 256, "num_hidden_layers": 6,
+                              "layers_block_type": ["mamba", "mamba", "hybrid", "mamba", "mamba", "hybrid"],
+                              "num_attention_heads": 8, "intermediate_size": 64, "mamba_d_state": 128,
+                              "mamba_d_conv": 4, "mamba_expand": 2, "mamba_ngroups": 2, "n_mamba_heads": 4,
+                              "num_mem_blocks": 1, "adapter_rank": 16, "use_long_context": True,
+                              "hidden_act": "gelu", "torch_dtype": "bfloat16", "pad_token_id": 0,
+                              "bos_token_id": 1, "eos_token_id": 2}),
     # Qwen3.5's text models (the vision tower plays no part in the cache): its config's mamba_ssm_dtype float32 is
     # what vLLM's Qwen3_5ForCausalLMConfig makes the SSM state, with no flag
     "qwen3.5": Model("Qwen--Qwen3.5-27B", {"num_hidden_layers": 8, "hidden_size": 256, "layer_types": None},
@@ -499,6 +525,8 @@ def _variations() -> list[Case]:
         Case("lfm2-moe", block_size=32),
         Case("falcon-h1", tag="state32", extra=STATE32, kvplan_extra=("--state-dtype", "fp32")),
         Case("falcon-h1", max_model_len=8192),
+        Case("zamba2", tag="state32", extra=STATE32, kvplan_extra=("--state-dtype", "fp32")),
+        Case("zamba2", kv_space_gib=2), Case("zamba2-long", max_model_len=8192), Case("zamba2-long", block_size=64),
         # an explicit flag overrides Qwen3.5's config (vLLM warns and uses the flag); kvplan is told the same
         Case("qwen3.5", tag="ssm-bf16", extra=(("mamba_ssm_cache_dtype", "bfloat16"),),
              kvplan_extra=("--mamba-ssm-cache-dtype", "bf16")),

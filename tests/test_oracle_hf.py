@@ -217,3 +217,38 @@ def test_falcon_h1_params_and_cache_equal_transformers(config, tmp_path):
         truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
         r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
         assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"
+
+
+def _zamba2_configs():
+    import oracle_vllm
+
+    m, long = oracle_vllm.MODELS["zamba2"].raw, oracle_vllm.MODELS["zamba2-long"].raw
+    pattern = {k: v for k, v in m.items() if k != "layers_block_type"}
+    return [pytest.param(m, id="zamba2"), pytest.param(long, id="zamba2-long"),
+            # three shared blocks over five hybrid layers, biases, 4 x hidden MLP (intermediate_size null), the
+            # legacy name layer_types, a config restating the widths transformers derives
+            pytest.param({**{k: v for k, v in m.items() if k != "layers_block_type"}, "num_hidden_layers": 9,
+                          "layer_types": ["hybrid", "mamba", "hybrid", "hybrid", "mamba", "hybrid", "mamba", "mamba",
+                                          "hybrid"], "num_mem_blocks": 3, "add_bias_linear": True,
+                          "intermediate_size": None, "mamba_ngroups": 4, "attention_head_dim": 128,
+                          "attention_hidden_size": 512, "mamba_headdim": 64,
+                          "hybrid_layer_ids": [0, 2, 3, 5, 8]}, id="zamba2-3blocks-bias"),
+            # no layers_block_type: Zamba2Config's 54-layer default pattern (9 hybrid layers)
+            pytest.param({**pattern, "num_hidden_layers": 54, "hidden_size": 64, "n_mamba_heads": 2,
+                          "mamba_d_state": 16}, id="zamba2-default-pattern")]
+
+
+@pytest.mark.parametrize("config", _zamba2_configs())
+def test_zamba2_params_and_cache_equal_transformers(config, tmp_path):
+    """Zamba2ForCausalLM on meta: its parameters (the shared blocks counted once, as transformers ties them, every
+    position's adapters and linear), and after one forward of [2, ctx] every layer's cache -- a Mamba-2 state
+    (conv [2, inner + 2GS, d_conv] fp16, SSM [2, heads, head_dim, d_state] fp32) and on the hybrid layers K/V
+    [2, heads, ctx, 2 x hidden / heads] fp16 -- as kvplan's hf plan."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec.params == \
+        oracle.hf_param_counts(config)["params"]
+    for ctx in (SHORT_CTX, 300):
+        truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
+        r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
+        assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from kvplan.architectures import (
     base, classic, decoder, deepseek, deepseek_v4, defaults, encdec, gemma, gpt_oss, hybrid, kimi, llama4, mimo,
-    minimax_m3, nemotron_nas, rope, schema, step, vision,
+    minimax_m3, nemotron_nas, rope, schema, step, vision, zamba2,
 )
 from kvplan.architectures.base import Cfg
 from kvplan.errors import ConfigError
@@ -48,6 +48,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("qwen3-next", _mt("qwen3_next"), hybrid.qwen3_next),
     Family("lfm2", _mt("lfm2", "lfm2_moe"), hybrid.lfm2),
     Family("falcon-h1", _mt("falcon_h1"), hybrid.falcon_h1),
+    Family("zamba2", _mt("zamba2"), zamba2.build),
     Family("qwen3.5", _mt("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"), hybrid.qwen3_5),
     Family("falcon", _mt("falcon", "RefinedWeb", "RefinedWebModel"), classic.falcon),
     Family("mpt", _mt("mpt"), classic.mpt, ("max_seq_len",)),
@@ -188,6 +189,8 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
     if family in ("mamba", "mamba2"):
         max_ctx, max_src = None, "none (a state-space model has no position limit)"
         vmax, vsrc = None, max_src
+    if family == "zamba2" and zamba2.max_ctx(text):
+        (max_ctx, max_src), (vmax, vsrc) = zamba2.max_ctx(text), zamba2.max_ctx(text)
     caches, widened = _windows_beyond_context(caches, max_ctx)
     if widened:
         notes.append(f"sliding_window {widened:,} >= the model's {max_ctx:,}-token limit: full attention "

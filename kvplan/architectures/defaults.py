@@ -26,6 +26,8 @@ CLASS_DEFAULTS: dict[str, dict[str, object]] = {
     "falcon": {"max_position_embeddings": 2048},
     "gpt_oss": {"sliding_window": 128, "max_position_embeddings": 131_072},
     "llama4_text": {"attention_chunk_size": 8192},
+    # Zamba2Config (transformers 5.24): its length when the config states none (use_long_context: 16384, zamba2.py)
+    "zamba2": {"max_position_embeddings": 4096},
     # Step3p7TextConfig (transformers 5.24), which AutoConfig also loads for model_type step3p5 (the Hub release's
     # text_config); the flat aiconfigurator file says model_type step3p7
     "step3p5": {

@@ -158,10 +158,23 @@ def _granite_hybrid(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
     return _one(c, int(c.get("hidden_size")) // int(c.get("num_attention_heads")))
 
 
+def _zamba2(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
+    """vLLM's Zamba2Attention builds get_rope only with use_mem_rope, over the shared attention's whole head
+    (attention_head_dim = 2 x hidden / heads) and max_position_embeddings (16384 with use_long_context)."""
+    from kvplan.architectures import zamba2
+
+    if not c.get("use_mem_rope", default=False):
+        return ()
+    long = zamba2.max_ctx(c)
+    n = long[0] if long else _max_position(c)
+    dim = 2 * int(c.get("hidden_size", default=2560)) // int(c.get("num_attention_heads", default=32))
+    return (RopeTable(rows(parameters(c), n), dim),) if n and dim else ()
+
+
 FAMILY_TABLES: dict[str, Callable[[Cfg, Cfg], tuple[RopeTable, ...]]] = {
     "gemma": _gemma, "gemma3n": _gemma, "gemma4": _gemma4, "mimo-v2-flash": _mimo, "deepseek-mla": _mla,
     "deepseek-v4": _mla, "gpt-oss": _gpt_oss, "chatglm": _chatglm, "falcon": _falcon, "llama4": _llama4,
-    "granite-hybrid": _granite_hybrid,
+    "granite-hybrid": _granite_hybrid, "zamba2": _zamba2,
 }
 
 

@@ -161,6 +161,13 @@ FIELDS: dict[str, Rule] = {
     # and mamba_d_head as Granite's above)
     **_fields(_DIM, "mamba_d_ssm"),
     **_fields(_FLAG, "mamba_rms_norm", "projectors_bias"),
+    # Zamba2 (Zamba2Config): Mamba-2 heads / groups / head dim, the shared blocks, their per-position adapters, the
+    # hybrid layers (hybrid_layer_ids restates layers_block_type), the shared attention's width
+    **_fields(_HEADS, "n_mamba_heads", "mamba_ngroups"),
+    **_fields(_DIM, "mamba_headdim", "adapter_rank", "attention_hidden_size"),
+    **_fields(Rule("int", 1, MAX_LAYERS), "num_mem_blocks"),
+    **_fields(_FLAG, "use_shared_attention_adapter", "use_shared_mlp_adapter", "use_mem_rope", "use_long_context"),
+    **_fields(Rule("int_list", 0, MAX_LAYERS), "hybrid_layer_ids"),
     **_fields(_DIM, "moe_latent_size"),  # Nemotron-3 Super / Ultra: the experts' width
     **_fields(_WIDTH, "intermediate_size", "moe_intermediate_size", "shared_expert_intermediate_size",
               "moe_shared_expert_intermediate_size",

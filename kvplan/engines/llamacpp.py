@@ -271,8 +271,15 @@ class Prepared(layout.StagedLayout):
                 "n_seq_max": batch, "flags": f"-np {batch} -c {batch * ctx}"}
 
 
+# Families llama.cpp has no architecture for (src/llama-arch.cpp LLM_ARCH_NAMES of the builds read): refused rather
+# than sized by the generic recurrent + attention rows
+REFUSED_FAMILIES = {"zamba2": "llama.cpp (b11434) has no zamba2 architecture (its hybrids: jamba, falcon-h1, "
+                              "granitehybrid, nemotron_h; ggml-org/llama.cpp pull request 21412 proposing Zamba2 was open when read)"}
+
+
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
+    layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
     if tp > 1:
         raise InputError("llama.cpp splits a model by layers across GPUs, not by tensor parallelism; use --pp N "
                          "for a layer split over N GPUs")

@@ -286,7 +286,8 @@ class Prepared(layout.StagedLayout):
 
 # Families SGLang 0.5.10 has no model for (srt/models); granitemoehybrid is there (configs/granitemoehybrid.py:
 # Mamba2CacheParams of the mamba layers, the same Mamba2StateShape as Nemotron-H's)
-REFUSED_FAMILIES = {"bamba": "SGLang 0.5.10 has no BambaForCausalLM (srt/models)"}
+REFUSED_FAMILIES = {"bamba": "SGLang 0.5.10 has no BambaForCausalLM (srt/models)",
+                    "zamba2": "SGLang has no Zamba2ForCausalLM (no srt/models/zamba2.py)"}
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],

@@ -202,6 +202,8 @@ class Prepared(layout.StagedLayout):
 # Families whose TensorRT-LLM code kvplan has not read (no source here): refused rather than sized by another rule
 REFUSED_FAMILIES = dict.fromkeys(("granite-hybrid", "bamba"), "not modelled: kvplan has not read TensorRT-LLM's "
                                  "Granite-4.0-H / Bamba code")
+REFUSED_FAMILIES["zamba2"] = ("TensorRT-LLM has no Zamba2 model (no _torch/models/modeling_zamba2.py, no "
+                              "tensorrt_llm/models/zamba2)")
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],

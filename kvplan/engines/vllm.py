@@ -859,6 +859,8 @@ def _plan_groups(s: StageLayout, ctx: int, batch: int, inflight: int, kvd: KVDty
 # model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS: families kvplan models whose architecture vLLM
 # stopped loading, and the release that dropped it (the older falcon / mpt removals are not applied here yet)
 REMOVED_FAMILIES = {"bamba": ("BambaForCausalLM", "0.23")}
+# model classes without SupportsPP (vLLM refuses --pipeline-parallel-size > 1 for them at start-up)
+NO_PIPELINE_FAMILIES = {"zamba2": "models/zamba2.py Zamba2ForCausalLM does not implement SupportsPP"}
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
@@ -870,6 +872,12 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         raise layout.UnsupportedKind(f"vLLM {selected.version} does not load {dropped[0]}: removed in vLLM "
                                      f"{dropped[1]} (model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS); "
                                      f"use --engine vllm@0.22 or earlier, or another engine")
+    if pp > 1 and spec.family in NO_PIPELINE_FAMILIES:
+        raise layout.UnsupportedKind(f"vLLM cannot split this {spec.family} model into pipeline stages: "
+                                     f"{NO_PIPELINE_FAMILIES[spec.family]}")
+    if spec.family == "zamba2" and any(c.kv_heads % tp for _, c in spec.caches if isinstance(c, FullAttention)):
+        raise InputError(f"--tp {tp}: vLLM's Zamba2Attention asserts num_attention_heads % tp == 0 (its K/V use every "
+                         "head, there is no KV-head replication; models/zamba2.py)")
     dcp_note = _check_dcp(spec, tp, int(opts.get("decode_context_parallel_size") or 1))
     base.check_tp_heads(spec, tp)
     gpu_name = gpu.name if gpu is not None else None
