@@ -27,6 +27,8 @@ class Family:
     matches: Callable[[Cfg, Cfg], bool]
     build: Callable[[Cfg, Cfg], tuple]
     max_ctx_keys: tuple[str, ...] = base.HF_MAX_KEYS
+    # a config flag that sets the length limit for transformers and vLLM alike (Zamba2's use_long_context)
+    context_limit: Callable[[Cfg], tuple[int, str] | None] | None = None
 
 
 def _mt(*names: str) -> Callable[[Cfg, Cfg], bool]:
@@ -48,7 +50,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("qwen3-next", _mt("qwen3_next"), hybrid.qwen3_next),
     Family("lfm2", _mt("lfm2", "lfm2_moe"), hybrid.lfm2),
     Family("falcon-h1", _mt("falcon_h1"), hybrid.falcon_h1),
-    Family("zamba2", _mt("zamba2"), zamba2.build),
+    Family("zamba2", _mt("zamba2"), zamba2.build, context_limit=zamba2.max_ctx),
     Family("qwen3.5", _mt("qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text"), hybrid.qwen3_5),
     Family("falcon", _mt("falcon", "RefinedWeb", "RefinedWebModel"), classic.falcon),
     Family("mpt", _mt("mpt"), classic.mpt, ("max_seq_len",)),
@@ -170,7 +172,7 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
     if top_type in ENCODER_DECODER:
         build, keys = ENCODER_DECODER[top_type]
         caches, weights, tied, n_layers, enc_len, _dims = build(top, text, encoder_len)
-        family, is_enc_dec = top_type, True
+        family, is_enc_dec, fam = top_type, True, None
         notes.append(f"cross-attention over {enc_len:,} encoder positions per sequence")
     else:
         fam = family_of(top, text)
@@ -189,8 +191,9 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
     if family in ("mamba", "mamba2"):
         max_ctx, max_src = None, "none (a state-space model has no position limit)"
         vmax, vsrc = None, max_src
-    if family == "zamba2" and zamba2.max_ctx(text):
-        (max_ctx, max_src), (vmax, vsrc) = zamba2.max_ctx(text), zamba2.max_ctx(text)
+    limit = fam.context_limit(text) if fam is not None and fam.context_limit else None
+    if limit:
+        (max_ctx, max_src), (vmax, vsrc) = limit, limit
     caches, widened = _windows_beyond_context(caches, max_ctx)
     if widened:
         notes.append(f"sliding_window {widened:,} >= the model's {max_ctx:,}-token limit: full attention "
