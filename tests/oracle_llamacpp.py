@@ -465,6 +465,107 @@ def t_kimi(m: Model) -> list:
     return out
 
 
+def t_lfm2(m: Model) -> list:
+    """lfm2 / lfm2moe (src/models/lfm2.cpp, lfm2moe.cpp load_arch_tensors): head_count_kv 0 = a short-convolution
+    layer (conv {l_cache, n_embd}, in_proj {n_embd, 3 n_embd}, out_proj); the others attention with q/k norms and
+    an n_embd x n_embd output; the final norm is token_embd_norm, the output tied; dense SwiGLU on every lfm2 layer,
+    experts with a selection bias after leading_dense_block_count for lfm2moe."""
+    e, ff, lc = m.hp["embedding_length"], m.hp["feed_forward_length"], m.hp["shortconv.l_cache"]
+    moe_from = m.hp.get("leading_dense_block_count", 0) if m.arch == "lfm2moe" else m.hp["block_count"]
+    out = [("token_embd.weight", (e, VOCAB)), ("token_embd_norm.weight", (e,))]
+    for i in range(m.hp["block_count"]):
+        h, kv, dk, dv = _heads(m, i)
+        b = f"blk.{i}."
+        out += [(b + "ffn_norm.weight", (e,)), (b + "attn_norm.weight", (e,))]
+        if i < moe_from:
+            out += _mlp(i, e, ff)
+        else:
+            nx, fx = m.hp["expert_count"], m.hp["expert_feed_forward_length"]
+            out += [(b + "ffn_gate_inp.weight", (e, nx)), (b + "ffn_gate_exps.weight", (e, fx, nx)),
+                    (b + "ffn_down_exps.weight", (fx, e, nx)), (b + "ffn_up_exps.weight", (e, fx, nx)),
+                    (b + "exp_probs_b.bias", (nx,))]
+        if kv == 0:
+            out += [(b + "shortconv.conv.weight", (lc, e)), (b + "shortconv.in_proj.weight", (e, 3 * e)),
+                    (b + "shortconv.out_proj.weight", (e, e))]
+        else:
+            out += [(b + "attn_q_norm.weight", (dk,)), (b + "attn_k_norm.weight", (dk,)),
+                    *_qkv(i, e, e, dk * kv, dv * kv), (b + "attn_output.weight", (e, e))]
+    return out
+
+
+def t_minimax(m: Model) -> list:
+    """minimax-m2 (src/models/minimax-m2.cpp: q/k norms over all heads, every layer MoE with experts of
+    feed_forward_length) and minimax-m3 (minimax-m3.cpp: per-head q/k norms, dense FFN on the leading blocks, then
+    MoE with a shared expert and the MSA indexer's q/k projections and norms)."""
+    e, ff = m.hp["embedding_length"], m.hp["feed_forward_length"]
+    nx = m.hp["expert_count"]
+    m3 = m.arch == "minimax-m3"
+    out = _embd_out(m)
+    for i in range(m.hp["block_count"]):
+        h, kv, dk, dv = _heads(m, i)
+        b = f"blk.{i}."
+        out += [*_qkv(i, e, dk * h, dk * kv, dv * kv), (b + "attn_output.weight", (dk * h, e)),
+                (b + "attn_norm.weight", (e,)), (b + "ffn_norm.weight", (e,))]
+        out += ([(b + "attn_q_norm.weight", (dk,)), (b + "attn_k_norm.weight", (dk,))] if m3 else
+                [(b + "attn_q_norm.weight", (dk * h,)), (b + "attn_k_norm.weight", (dk * kv,))])
+        if not m3:
+            out += [(b + "ffn_gate_inp.weight", (e, nx)), (b + "ffn_gate_exps.weight", (e, ff, nx)),
+                    (b + "ffn_down_exps.weight", (ff, e, nx)), (b + "ffn_up_exps.weight", (e, ff, nx)),
+                    (b + "exp_probs_b.bias", (nx,))]
+        elif i < m.hp.get("leading_dense_block_count", 0):
+            out += _mlp(i, e, ff)
+        else:
+            fx, ns = m.hp["expert_feed_forward_length"], m.hp["expert_shared_count"]
+            ih, ik = m.hp["attention.indexer.head_count"], m.hp["attention.indexer.key_length"]
+            out += [(b + "ffn_gate_inp.weight", (e, nx)), (b + "exp_probs_b.bias", (nx,)),
+                    (b + "ffn_gate_exps.weight", (e, fx, nx)), (b + "ffn_down_exps.weight", (fx, e, nx)),
+                    (b + "ffn_up_exps.weight", (e, fx, nx)), (b + "ffn_gate_shexp.weight", (e, fx * ns)),
+                    (b + "ffn_down_shexp.weight", (fx * ns, e)), (b + "ffn_up_shexp.weight", (e, fx * ns)),
+                    (b + "indexer.q_proj.weight", (e, ih * ik)), (b + "indexer.k_proj.weight", (e, ik)),
+                    (b + "indexer.q_norm.weight", (ik,)), (b + "indexer.k_norm.weight", (ik,))]
+    return out
+
+
+def t_swa_array(m: Model) -> list:
+    """step35 and mimo2 (src/models/step35.cpp, mimo2.cpp): per-layer head counts, full / sliding layers from the
+    sliding_window_pattern array; every FFN here dense (both load experts only when ffn_gate_inp is present). The
+    trunk only: the nextn_predict_layers MTP blocks are left out (trunk-only GGUF: their tensors are optional)."""
+    e, ff = m.hp["embedding_length"], m.hp["feed_forward_length"]
+    out = _embd_out(m)
+    for i in range(m.hp["block_count"] - m.hp.get("nextn_predict_layers", 0)):
+        h, kv, dk, dv = _heads(m, i)
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", (e,)), *_qkv(i, e, dk * h, dk * kv, dv * kv),
+                (b + "attn_output.weight", (dv * h, e)), (b + "ffn_norm.weight", (e,)), *_mlp(i, e, ff)]
+        if m.arch == "mimo2":
+            out += [(b + "attn_sinks.weight", (h,))]
+    return out
+
+
+def t_gemma4(m: Model) -> list:
+    """gemma4 (src/models/gemma4.cpp load_arch_tensors): sliding layers of key_length_swa and full layers of
+    key_length heads (head_count_kv per layer), q/k norms over the layer's head dim, the full layers' shared
+    rope_freqs, post-attention / post-FFN norms, a dense SwiGLU; the last shared_kv_layers layers have no K/V
+    projections (they reuse an earlier layer's cache); output tied to token_embd."""
+    e, ff = m.hp["embedding_length"], m.hp["feed_forward_length"]
+    swa = m.hp["attention.sliding_window_pattern"]
+    n = m.hp["block_count"]
+    own = n - m.hp.get("attention.shared_kv_layers", 0)
+    out = [("token_embd.weight", (e, VOCAB)), ("output_norm.weight", (e,)),
+           ("rope_freqs.weight", (m.hp["attention.key_length"] // 2,))]
+    for i in range(n):
+        h, kv = m.per_layer("attention.head_count")[i], m.per_layer("attention.head_count_kv")[i]
+        d = m.hp["attention.key_length_swa"] if swa[i] else m.hp["attention.key_length"]
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", (e,)), (b + "attn_q.weight", (e, d * h)), (b + "attn_output.weight", (d * h, e)),
+                (b + "attn_q_norm.weight", (d,)), (b + "post_attention_norm.weight", (e,)),
+                (b + "ffn_norm.weight", (e,)), *_mlp(i, e, ff), (b + "post_ffw_norm.weight", (e,))]
+        if i < own:
+            out += [(b + "attn_k.weight", (e, d * kv)), (b + "attn_v.weight", (e, d * kv)),
+                    (b + "attn_k_norm.weight", (d,))]
+    return out
+
+
 def _m(name: str, arch: str, scales: str, tensors: Callable, **hp: Any) -> Model:
     base = {"context_length": 131072, "attention.layer_norm_rms_epsilon": 1e-6}
     base.update({k.replace("__", "."): v for k, v in hp.items()})
@@ -639,6 +740,70 @@ MODELS: dict[str, Model] = {m.name: m for m in (
        attention__key_length=256, attention__value_length=256, rope__dimension_count=64,
        rope__dimension_sections=[11, 11, 10, 0], full_attention_interval=4, ssm__conv_kernel=4,
        ssm__inner_size=512, ssm__state_size=128, ssm__time_step_rank=4, ssm__group_count=2),
+    # LFM2-1.2B: short-convolution layers (conv_L_cache 3) and GQA layers of head dim 64 (full_attn_idxs 2, 5, 8,
+    # ...); 6 of 16 layers (attention on layers 2 and 5), width 256 instead of 2048 (the conv rows are n_embd x 2),
+    # 2 kv heads instead of 8
+    _m("lfm2", "lfm2", "LFM2-1.2B (short conv L 3 : GQA x 64)", t_lfm2, block_count=6, embedding_length=256,
+       feed_forward_length=64, attention__head_count=4, attention__head_count_kv=[0, 0, 2, 0, 0, 2],
+       shortconv__l_cache=3, rope__dimension_count=64, attention__layer_norm_rms_epsilon=1e-5),
+    # LFM2-8B-A1B: the same layer kinds, 2 leading dense blocks then experts with a sigmoid-gated selection bias
+    _m("lfm2moe", "lfm2moe", "LFM2-8B-A1B (short conv L 3 : GQA, MoE after 2 dense)", t_lfm2, block_count=6,
+       embedding_length=256, feed_forward_length=64, attention__head_count=4,
+       attention__head_count_kv=[0, 2, 0, 0, 2, 0], shortconv__l_cache=3, rope__dimension_count=64,
+       leading_dense_block_count=2, expert_count=4, expert_used_count=2, expert_feed_forward_length=32,
+       expert_gating_func=2, attention__layer_norm_rms_epsilon=1e-5),
+    # MiniMax-M2 / M2.5: GQA 8 kv x 128 on every layer (q/k norm over all heads), every layer MoE; 3 of 62 layers
+    _m("minimax-m2", "minimax-m2", "MiniMax-M2.5 (GQA 8 kv x 128, MoE)", t_minimax, block_count=3,
+       embedding_length=64, feed_forward_length=32, attention__head_count=16, attention__head_count_kv=8,
+       attention__key_length=128, attention__value_length=128, rope__dimension_count=64, expert_count=4,
+       expert_used_count=2, expert_feed_forward_length=32, expert_gating_func=2),
+    # MiniMax-M3: GQA 4 kv x 128 on every layer, MSA index keys (128 wide) on the layers after the 3 leading dense
+    # ones; 5 of 60 layers (2 dense + 3 sparse)
+    _m("minimax-m3", "minimax-m3", "MiniMax-M3 (GQA 4 kv x 128 + MSA index keys 128)", t_minimax, block_count=5,
+       embedding_length=64, feed_forward_length=64, attention__head_count=8, attention__head_count_kv=4,
+       attention__key_length=128, attention__value_length=128, rope__dimension_count=64,
+       leading_dense_block_count=2, expert_count=4, expert_used_count=2, expert_feed_forward_length=32,
+       expert_shared_count=1, expert_gating_func=2, attention__indexer__head_count=4,
+       attention__indexer__key_length=128, attention__indexer__top_k=16, attention__indexer__block_size=128,
+       attention__indexer__local_blocks=1),
+    # the same with 64-wide index keys, so the index cache's K (indexer.key_length) and V (value_length, one head)
+    # differ in width
+    _m("minimax-m3-idx64", "minimax-m3", "MiniMax-M3 layout, index keys 64 wide", t_minimax, block_count=4,
+       embedding_length=64, feed_forward_length=64, attention__head_count=8, attention__head_count_kv=4,
+       attention__key_length=128, attention__value_length=128, rope__dimension_count=64,
+       leading_dense_block_count=1, expert_count=4, expert_used_count=2, expert_feed_forward_length=32,
+       expert_shared_count=1, expert_gating_func=2, attention__indexer__head_count=4,
+       attention__indexer__key_length=64, attention__indexer__top_k=16, attention__indexer__block_size=128,
+       attention__indexer__local_blocks=1),
+    # Step-3.5/3.7-Flash: full layers 64 heads, sliding-512 layers 96 heads, 8 kv x 128 on both (8 and 16 heads
+    # here), one full : three sliding; 5 trunk layers + 1 MTP layer (trunk-only GGUF: no KV for it)
+    _m("step35", "step35", "Step-3.5-Flash (full : 3 sliding-512, 8 kv x 128, 1 MTP)", t_swa_array, block_count=6,
+       embedding_length=64, feed_forward_length=64, attention__head_count=[8, 16, 16, 16, 8, 8],
+       attention__head_count_kv=8, attention__key_length=128, attention__value_length=128,
+       rope__dimension_count=128, attention__sliding_window=512,
+       attention__sliding_window_pattern=[False, True, True, True, False, False], nextn_predict_layers=1,
+       expert_feed_forward_length=32),
+    # MiMo-V2-Flash: full layers 4 kv, sliding-128 layers 8 kv, K 192 / V 128, attention sinks
+    _m("mimo2", "mimo2", "MiMo-V2-Flash (full 4 kv : sliding-128 8 kv, K 192 / V 128)", t_swa_array, block_count=6,
+       embedding_length=64, feed_forward_length=64, attention__head_count=8,
+       attention__head_count_kv=[4, 8, 8, 8, 8, 4], attention__key_length=192, attention__value_length=128,
+       rope__dimension_count=64, attention__sliding_window=128,
+       attention__sliding_window_pattern=[False, True, True, True, True, False], expert_feed_forward_length=32),
+    # Gemma-4-26B-A4B: sliding-1024 layers 8 kv x 256, full layers 2 kv x 512 (5 : 1); dense FFN here
+    _m("gemma4", "gemma4", "gemma-4-26B-A4B (sliding 1024 8 x 256 : full 2 x 512)", t_gemma4, block_count=6,
+       embedding_length=64, feed_forward_length=64, attention__head_count=8,
+       attention__head_count_kv=[8, 8, 8, 8, 8, 2], attention__key_length=512, attention__value_length=512,
+       attention__key_length_swa=256, attention__value_length_swa=256, rope__dimension_count=512,
+       rope__dimension_count_swa=256, attention__sliding_window=1024,
+       attention__sliding_window_pattern=[True, True, True, True, True, False], embedding_length_per_layer_input=0),
+    # Gemma-4-E2B layout: the last shared_kv_layers layers reuse the last own layer of their kind (no cache)
+    _m("gemma4-shared", "gemma4", "gemma-4-E2B layout (3 of 8 layers share KV)", t_gemma4, block_count=8,
+       embedding_length=64, feed_forward_length=64, attention__head_count=4, attention__head_count_kv=1,
+       attention__key_length=512, attention__value_length=512, attention__key_length_swa=256,
+       attention__value_length_swa=256, rope__dimension_count=512, rope__dimension_count_swa=256,
+       attention__sliding_window=512,
+       attention__sliding_window_pattern=[True, True, True, True, False, True, True, False],
+       attention__shared_kv_layers=3, embedding_length_per_layer_input=0),
 )}
 
 
@@ -789,6 +954,33 @@ CASES: list[Case] = [
     Case("kimi-linear-np4-c2000-kvu", "kimi-linear", 2000, batch=4, kvu=True),
     Case("kimi-k3-c4096", "kimi-k3", 4096),
     Case("kimi-k3-np2-c1500", "kimi-k3", 1500, batch=2),
+    # LFM2: the conv layers' r rows (n_embd x (L - 1), f32, no S) per sequence beside the attention layers' K/V
+    Case("lfm2-c4096", "lfm2", 4096),
+    Case("lfm2-np3-c1000", "lfm2", 1000, batch=3),
+    Case("lfm2-np64-c256", "lfm2", 256, batch=64),  # R = 64 seqs x 4 layers x 256 x 2 x 4 B = 0.50 MiB
+    Case("lfm2-np2-c2000-kvu-fa-off", "lfm2", 2000, batch=2, kvu=True, fa="off"),
+    Case("lfm2moe-c4096", "lfm2moe", 4096),
+    Case("lfm2moe-np2-c1500-q8", "lfm2moe", 1500, batch=2, ctk="q8_0", ctv="q8_0", fa="on"),
+    # plain GQA
+    Case("minimax-m2-c4096", "minimax-m2", 4096),
+    Case("minimax-m2-np2-c1000", "minimax-m2", 1000, batch=2),
+    # llama_kv_cache_msa: K/V on every layer, index keys (and a one-head V row) from the first MoE layer on
+    Case("minimax-m3-c4096", "minimax-m3", 4096),
+    Case("minimax-m3-np2-c1000", "minimax-m3", 1000, batch=2),
+    Case("minimax-m3-c4096-q8_0", "minimax-m3", 4096, ctk="q8_0", ctv="q8_0", fa="on"),
+    Case("minimax-m3-c2048-fa-off", "minimax-m3", 2048, fa="off"),
+    Case("minimax-m3-idx64-np3-c1000", "minimax-m3-idx64", 1000, batch=3),
+    Case("minimax-m3-idx64-c2048-fa-off", "minimax-m3-idx64", 2048, fa="off"),
+    # sliding flags from the per-layer pattern array, per-layer head counts
+    Case("step35-c4096", "step35", 4096),
+    Case("step35-np2-c2000", "step35", 2000, batch=2),
+    Case("mimo2-c4096", "mimo2", 4096),
+    Case("mimo2-np2-c1000-kvu", "mimo2", 1000, batch=2, kvu=True),
+    Case("mimo2-c2048-fa-off", "mimo2", 2048, fa="off"),
+    Case("gemma4-c8192", "gemma4", 8192),
+    Case("gemma4-np2-c3000", "gemma4", 3000, batch=2),
+    Case("gemma4-c4096-fa-off", "gemma4", 4096, fa="off"),
+    Case("gemma4-shared-c4096", "gemma4-shared", 4096),
 ]
 CASE_BY_ID = {c.id: c for c in CASES}
 assert len(CASE_BY_ID) == len(CASES)

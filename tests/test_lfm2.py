@@ -64,7 +64,7 @@ def test_configs_the_engines_read_differently_are_refused_in_one_line(tmp_path, 
     assert r.code == 2 and says in r.err and len(r.err.strip().splitlines()) == 1, r.err
 
 
-@pytest.mark.parametrize("engine", ["trtllm", "llamacpp", "sglang@0.4"])
+@pytest.mark.parametrize("engine", ["trtllm", "sglang@0.4"])
 def test_engines_kvplan_has_not_read_refuse_in_one_line(tmp_path, engine):
     r = run_cli("size", write_config(tmp_path, "m", LFM2_1B2), "--ctx", "1000", "--engine", engine)
     assert r.code == 2 and "LFM2" in r.err and len(r.err.strip().splitlines()) == 1, r.err

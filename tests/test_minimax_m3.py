@@ -96,7 +96,6 @@ def test_mtp_modules_are_outside_params():
 
 @pytest.mark.parametrize("engine, words", [
     ("sglang", "SGLang 0.5.10 has no MiniMax-M3 model"),
-    ("llamacpp", "llama_kv_cache_msa"),
     ("hf", "minimax_m3_vl_text"),
     ("trtllm", "TensorRT-LLM"),
 ])

@@ -24,6 +24,15 @@ src/models/<arch>.cpp `load_arch_hparams`), src/llama-hparams.cpp `set_swa_patte
 * Kimi Linear / Kimi-K3 (kimi-linear, kimi-k3): head_count_kv(il) == 0 marks a KDA layer, whose r/s rows are
   r = 3 x (conv_kernel - 1) x head_count x kda.head_dim and s = kda.head_dim^2 x head_count (KimiDeltaState); the
   others are MLA layers read as deepseek2's (the converters write head_count_kv 1 and key_length 576).
+* LFM2 / LFM2-MoE (lfm2, lfm2moe): head_count_kv(il) == 0 marks a short-convolution layer, whose state is one conv
+  window of n_embd x (shortconv.l_cache - 1) (ShortConvState; no SSM matrix); an lfm2 file with a sliding window
+  (hybrid iSWA memory) is refused.
+* MiniMax-M2 (minimax-m2): plain GQA. MiniMax-M3 (minimax-m3): plain GQA on every layer plus one index key of
+  attention.indexer.key_length per token on the layers from leading_dense_block_count on (MsaIndexerKeys).
+* Step-3.5/3.7 (step35), MiMo-V2-Flash (mimo2), Gemma 4 (gemma4): the sliding flags are the required
+  `.attention.sliding_window_pattern` array, head counts per layer, the sliding layers' head dims from
+  key_length_swa / value_length_swa. Gemma 4's last `.attention.shared_kv_layers` layers reuse the last own layer of
+  their kind (SharedKV, no cache of their own).
 * MLA (deepseek2): llama.cpp's `is_mla` is `.attention.key_length_mla` and `.value_length_mla` both present; the
   cache then holds key_length x head_count_kv (576 = kv_lora_rank + rope) per layer. Without them (GGUFs
   converted before MLA) llama.cpp caches plain K/V with the file's head counts and lengths.
@@ -53,7 +62,10 @@ from kvplan.spec import (
     LinearAttentionState,
     MambaState,
     ModelSpec,
+    MsaIndexerKeys,
     NoCache,
+    SharedKV,
+    ShortConvState,
     SlidingWindow,
     SparseLatentAttention,
     WeightPart,
@@ -66,16 +78,18 @@ class Arch:
     """What llama.cpp's load_hparams does for one `general.architecture` beyond the generic keys."""
 
     family: str = "decoder"  # the config path's family name (engines key some rules on it)
-    swa: str = "none"  # none | standard | chunked
+    swa: str = "none"  # none | standard | chunked | array (.attention.sliding_window_pattern: one flag per layer, required)
     swa_period: int = 0  # set_swa_pattern(p); overridable by a scalar .attention.sliding_window_pattern
     swa_window: int | None = None  # n_swa when the file has no .attention.sliding_window (None: no SWA then)
     swa_fixed_window: bool = False  # llama.cpp sets n_swa itself, ignoring the file's value (llama4 chunk 8192)
     ignores_swa: bool = False  # llama.cpp turns SWA off although the file has a window (phi3)
     recurrent: str = "none"  # none | all | kv0 | kv0_ff0 | interval
-    state: str = ""  # mamba1 | mamba2 | gdn (gated delta net, qwen3next) | kda | kda-k3 (Kimi Delta Attention)
+    state: str = ""  # mamba1 | mamba2 | gdn (gated delta net, qwen3next) | kda | kda-k3 (Kimi Delta Attention) | shortconv (LFM2)
     attends_too: bool = False  # recurrent layers attend as well (falcon-h1: parallel hybrid)
     mla: bool = False  # deepseek2: latent cache when the *_mla keys are present
-    dsa: str = ""  # DeepSeek sparse attention: "all" (deepseek32) or "types" (glm-dsa: indexer.types / defaults)
+    dsa: str = ""  # DeepSeek sparse attention: "all" (deepseek32) or "types" (glm-dsa: indexer.types / defaults);
+    # "msa": MiniMax-M3's index keys beside plain K/V on the layers from leading_dense_block_count on
+    shared_kv: bool = False  # .attention.shared_kv_layers: the last N layers reuse an earlier layer's K/V (gemma4)
     no_position_limit: bool = False  # pure state-space: context_length is nominal
 
 
@@ -88,7 +102,7 @@ ARCHS: dict[str, Arch] = {
         "stablelm", "granite", "granitemoe", "olmo", "olmoe", "minicpm", "mpt", "dbrx", "exaone", "smollm3",
         "seed_oss", "ernie4_5", "ernie4_5-moe", "hunyuan-moe", "hunyuan-dense", "arcee", "apertus", "orion",
         "xverse", "codeshell", "refact", "gptneox", "gemma", "nemotron", "deepseek", "bailingmoe", "bailingmoe2",
-        "dots1", "grok", "arctic", "openelm", "bitnet", "chameleon", "plm", "jais", "phimoe",
+        "dots1", "grok", "arctic", "openelm", "bitnet", "chameleon", "plm", "jais", "phimoe", "minimax-m2",
     )},
     "falcon": Arch("falcon"),
     "gpt2": Arch("gpt2"),
@@ -117,14 +131,22 @@ ARCHS: dict[str, Arch] = {
     # Kimi Linear / Kimi-K3: head_count_kv 0 marks a KDA layer, the others are MLA served as one latent head
     "kimi-linear": Arch("kimi-linear", recurrent="kv0", state="kda", mla=True),
     "kimi-k3": Arch("kimi-linear", recurrent="kv0", state="kda-k3", mla=True),
+    # LFM2 / LFM2-MoE: head_count_kv 0 marks a short-convolution layer (src/models/lfm2.cpp, lfm2moe.cpp)
+    "lfm2": Arch("lfm2", recurrent="kv0", state="shortconv"),
+    "lfm2moe": Arch("lfm2", recurrent="kv0", state="shortconv"),
+    # MiniMax-M3: llama_kv_cache_msa (src/llama-model.cpp create_memory: index keys where il >= n_layer_dense_lead)
+    "minimax-m3": Arch("minimax-m3", dsa="msa"),
+    # per-layer sliding flags from the required pattern array (src/models/step35.cpp, mimo2.cpp, gemma4.cpp)
+    "step35": Arch("step-3.7", swa="array"),
+    "mimo2": Arch("mimo-v2-flash", swa="array"),
+    "gemma4": Arch("gemma4", swa="array", shared_kv=True),
 }
 
 # Read generically these would be sized wrong (other recurrent states, shared KV, encoder-decoders, encoders).
 NOT_MODELLED = {
     "rwkv6": "RWKV-6 recurrent state", "rwkv6qwen2": "RWKV-6 recurrent state", "rwkv7": "RWKV-7 recurrent state",
-    "arwkv7": "RWKV-7 recurrent state", "lfm2": "LFM2 short-convolution state", "lfm2moe": "LFM2 short-convolution state",
-    "plamo2": "PLaMo-2 hybrid state", "gemma3n": "Gemma-3n shared KV layers",
-    "gemma4": "Gemma-4 shared KV layers", "t5": "an encoder-decoder", "t5encoder": "an encoder",
+    "arwkv7": "RWKV-7 recurrent state",
+    "plamo2": "PLaMo-2 hybrid state", "gemma3n": "Gemma-3n shared KV layers", "t5": "an encoder-decoder", "t5encoder": "an encoder",
     "bert": "an encoder", "nomic-bert": "an encoder", "nomic-bert-moe": "an encoder", "jina-bert-v2": "an encoder",
     "jina-bert-v3": "an encoder", "modern-bert": "an encoder", "neo-bert": "an encoder", "eurobert": "an encoder",
     "gemma-embedding": "an embedding encoder", "wavtokenizer-dec": "an audio decoder",
@@ -215,6 +237,9 @@ def _swa_layers(k: _Keys, a: Arch, n: int) -> tuple[list[bool], int, list[str]]:
         flags = [bool(p) for p in pattern]
         size = _as_int(window or 0, f"{k.arch}.attention.sliding_window", k.h.source)
         return (flags, size, []) if size and any(flags) else ([False] * n, 0, [])
+    if a.swa == "array":  # load_arch_hparams: ml.get_arr(..SLIDING_WINDOW_PATTERN..) is required
+        raise ConfigError(f"{k.h.source}: {k.arch}.attention.sliding_window_pattern must be one flag per layer (an "
+                          f"array); llama.cpp requires it for '{k.arch}'")
     if a.swa == "none":
         return [False] * n, 0, []
     if a.swa_fixed_window:  # llama4: a 0 in the file turns chunking off, any other value is ignored
@@ -267,6 +292,12 @@ def _kda(k: _Keys, a: Arch, n_head: int) -> KimiDeltaState:
 def _state(k: _Keys, a: Arch, n_head: int) -> LayerCache:
     if a.state in ("kda", "kda-k3"):
         return _kda(k, a, n_head)
+    if a.state == "shortconv":  # LFM2: n_embd_r() = n_embd x (shortconv.l_cache - 1), no S row (n_embd_s() = 0)
+        n_embd, l_cache = k.int("embedding_length"), k.int("shortconv.l_cache")
+        k.check(f"a '{k.arch}' model")
+        if l_cache < 2:
+            raise ConfigError(f"{k.h.source}: {k.arch}.shortconv.l_cache must be at least 2, found {l_cache}")
+        return ShortConvState(n_embd, l_cache)
     conv, inner, state = k.int("ssm.conv_kernel"), k.int("ssm.inner_size"), k.int("ssm.state_size")
     if a.state == "mamba1":
         k.check(f"a '{k.arch}' model")
@@ -303,6 +334,9 @@ def _indexer_layers(k: _Keys, a: Arch, trunk: int) -> list[bool]:
     (layers 0-2, then every 4th) after it (src/models/glm-dsa.cpp)."""
     if a.dsa == "all":
         return [True] * trunk
+    if a.dsa == "msa":  # minimax-m3 create_memory: filter_idx = il >= n_layer_dense_lead
+        lead = k.int("leading_dense_block_count", 0)
+        return [il >= lead for il in range(trunk)]
     types = k.get("attention.indexer.types")
     if isinstance(types, list):
         if len(types) < trunk or any(t not in (0, 1) for t in types[:trunk]):
@@ -330,6 +364,11 @@ def _caches(k: _Keys, a: Arch, n: int) -> tuple[list[tuple[int, LayerCache]], li
         raise ConfigError(f"{k.h.source}: {k.arch}.attention.key_length is 0 (or embedding_length / head_count is) "
                           "for layers with key/value heads")
     swa, window, notes = _swa_layers(k, a, n)
+    if k.arch == "lfm2" and isinstance(k.get("attention.sliding_window"), int) and k.get("attention.sliding_window") > 0:
+        # lfm2 load_arch_hparams (not lfm2moe's): a window > 0 makes every attention layer SWA, in a
+        # llama_memory_hybrid_iswa
+        raise ConfigError(f"{k.h.source}: an '{k.arch}' GGUF with a sliding window (hybrid iSWA memory: "
+                          "short-convolution state beside SWA attention) is not modelled by kvplan yet")
     recurrent = _recurrent_layers(k, a, n, kv)
     state = _state(k, a, heads[0] if heads else 0) if any(recurrent) else None
     nextn = k.int("nextn_predict_layers", 0)
@@ -338,10 +377,20 @@ def _caches(k: _Keys, a: Arch, n: int) -> tuple[list[tuple[int, LayerCache]], li
                      "(their weights are in the file and counted)")
     caches: list[tuple[int, LayerCache]] = []
     indexed = _indexer_layers(k, a, n - nextn) if a.dsa else []
-    keys = IndexerKeys(k.int("attention.indexer.key_length")) if a.dsa else None
+    keys = (MsaIndexerKeys if a.dsa == "msa" else IndexerKeys)(k.int("attention.indexer.key_length")) if a.dsa else None
+    # gemma4 load_arch_hparams: n_layer_kv_from_start = n - shared_kv_layers; a later layer reuses the last layer of
+    # its own kind before it (create_memory's reuse callback: n_layer_kv_from_start - (is_swa ? 2 : 1))
+    shared = k.int("attention.shared_kv_layers", 0) if a.shared_kv else 0
+    first_shared = n - shared
+    if shared and first_shared < 2:
+        raise ConfigError(f"{k.h.source}: {k.arch}.attention.shared_kv_layers {shared} leaves fewer than 2 of "
+                          f"{n} layers with their own KV cache (llama.cpp asserts at least 2)")
     for il in range(n):
         if il >= n - nextn:
             caches.append((il, NoCache()))
+            continue
+        if shared and il >= first_shared:
+            caches.append((il, SharedKV(first_shared - (2 if swa[il] else 1))))
             continue
         if recurrent[il]:
             caches.append((il, state))
@@ -360,6 +409,8 @@ def _caches(k: _Keys, a: Arch, n: int) -> tuple[list[tuple[int, LayerCache]], li
             caches.append((il, SlidingWindow(kv[il], dk_swa, dv_swa, window=window)))
         else:
             caches.append((il, FullAttention(kv[il], dk, dv)))
+        if a.dsa == "msa" and kv[il] and indexed[il]:
+            caches.append((il, keys))
     return caches, notes
 
 

@@ -149,6 +149,20 @@ class IndexerCells(KVCells):
 
 
 @dataclass(frozen=True)
+class MsaIndexerCells(KVCells):
+    """MiniMax-M3 (minimax-m3): llama_kv_cache_msa keeps a second llama_kv_cache for the index keys on the sparse
+    layers (src/llama-kv-cache-msa.cpp: hparams copied with n_head_kv 1 and n_embd_head_k = indexer.key_length).
+    Unlike DSA's, the model is not MLA, so that cache also allocates a V tensor per layer: one head of the model's
+    value length (n_embd_v_gqa = n_embd_head_v x 1; with -fa off n_embd_v_gqa_max() of those same hparams, the
+    same width), in type_v. Create_memory puts the index keys where il >= n_layer_dense_lead (llama-model.cpp)."""
+
+    def layer(self, c: MsaIndexerKeys, cl: Cells, batch: int, p: "Prepared") -> tuple[list, int]:
+        v = p.value_head_dim()
+        return [tensor("K (indexer)", (cl.streams * cl.base, c.head_dim), p.kvd.k),
+                tensor("V (indexer)", (cl.streams * cl.base, v), p.kvd.v)], p.kvd.k.nbytes(c.head_dim) + p.kvd.v.nbytes(v)
+
+
+@dataclass(frozen=True)
 class ZeroHeadCells(KVCells):
     """An attention layer without KV heads: in the cache with a zero-width K; with -fa off (V stored transposed) it
     still gets a V row of the widest layer's width (src/llama-kv-cache.cpp: n_embd_v_gqa_max() when v_trans)."""
@@ -181,6 +195,18 @@ class RecurrentRows:
         return (p.kvd.state or F32).name
 
 
+@dataclass(frozen=True)
+class ShortConvRows(RecurrentRows):
+    """LFM2 / LFM2-MoE (lfm2, lfm2moe): the short-convolution layers live in llama_memory_hybrid's
+    llama_memory_recurrent with r rows of n_embd_r() = n_embd x (shortconv.l_cache - 1) and s rows of n_embd_s() =
+    ssm_d_state x ssm_d_inner = 0 (src/llama-hparams.cpp), f32, for max(1, n_seq) sequences; the attention layers
+    (head_count_kv > 0) are a plain llama_kv_cache beside it (llama-model.cpp create_memory: hybrid, no filter)."""
+
+    def layer(self, c: ShortConvState, cl: Cells, batch: int, p: "Prepared") -> tuple[list, int]:
+        mem, st = max(1, batch), p.kvd.state or F32
+        return [tensor("r (conv state)", (mem, (c.conv_kernel - 1) * c.conv_dim), st)], 0
+
+
 KIND_RULES: dict[type, Any] = {
     FullAttention: KVCells(),
     WindowBeyondContext: KVCells(),  # a window beyond the context is full attention here
@@ -190,11 +216,10 @@ KIND_RULES: dict[type, Any] = {
     LatentAttention: LatentCells(),
     SparseLatentAttention: LatentCells(),  # llama_kv_cache_dsa's main cache: the MLA latent as deepseek2's
     IndexerKeys: IndexerCells(),
-    MsaIndexerKeys: layout.NotModelled("llama.cpp keeps MiniMax-M3 in its own llama_kv_cache_msa (src/llama-kv-cache-msa.h: an index-key cache beside K/V on the sparse layers), which kvplan does not lay out yet"),
+    MsaIndexerKeys: MsaIndexerCells(),
     MambaState: RecurrentRows(),
     LinearAttentionState: RecurrentRows(),
-    ShortConvState: layout.NotModelled("llama.cpp runs LFM2 GGUFs (n_embd_r = n_embd x (L_cache - 1), "
-                                       "src/llama-hparams.cpp), but kvplan has not checked its layout against a run yet"),
+    ShortConvState: ShortConvRows(),  # n_embd_r = n_embd x (L_cache - 1), n_embd_s = 0
     KimiDeltaState: RecurrentRows(),  # n_embd_r = 3 x (d_conv - 1) x n_head x head_dim, n_embd_s = head_dim^2 x n_head
     SharedKV: layout.NO_CACHE,
     NoCache: ZeroHeadCells(),
@@ -242,6 +267,10 @@ class Prepared(layout.StagedLayout):
         if not widths or (len(set(widths)) == 1 and not zero_heads):
             return None
         return max(widths)
+
+    def value_head_dim(self) -> int:
+        """n_embd_head_v of the model's attention layers (the widest, should they differ)."""
+        return max((c.head_dim_v for _, c in self.spec.caches if isinstance(c, FullAttention)), default=0)
 
     def cells(self, ctx: int, batch: int) -> Cells:
         return cells(ctx, batch, self.selected.rules, self.unified, self.ubatch, self.swa_full, self.n_swa(), self.flash_attn)
@@ -302,13 +331,17 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
                           "(--swa-full off, server default)")
     if IndexerKeys in kinds:
         notes.append("DeepSeek sparse attention: a second cache of indexer keys (K only, type_k) beside the latent")
+    if MsaIndexerKeys in kinds:
+        notes.append("MiniMax-M3 sparse attention (llama_kv_cache_msa): a second cache of index keys (type_k) with "
+                     "a one-head V row (type_v) on the sparse layers, beside the K/V cache")
     if kinds & {LatentAttention, SparseLatentAttention}:
         notes.append("MLA: K = latent (kv_lora_rank + rope)" + (", V = kv_lora_rank stored beside it" if rules.mla_v
                                                                else ", no V tensor (V-less cache)"))
     if CrossAttention in kinds:
         notes.append("cross-attention K/V are recomputed from the stored encoder output (not in the KV cache)")
     if any(issubclass(k, RecurrentState) for k in kinds):
-        notes.append(f"recurrent state r/s in {(kvd.state or F32).name} for max(1, n_seq) sequences")
+        rows = "r (conv) rows, no s rows," if {k for k in kinds if issubclass(k, RecurrentState)} == {ShortConvState} else "r/s"
+        notes.append(f"recurrent state {rows} in {(kvd.state or F32).name} for max(1, n_seq) sequences")
     if pp > 1:
         notes.append(f"layers split over {pp} GPUs as evenly as vLLM's pipeline split (llama.cpp -sm layer; -ts "
                      "proportions change it)")

@@ -98,7 +98,7 @@ def find_install() -> Install:
 # ---------------------------------------------------------------------------------------------- running, parsing
 @dataclass
 class KVLine:
-    """One `llama_kv_cache: size = ...` line (role: kv | base | swa (iSWA) | main | indexer (DSA))."""
+    """One `llama_kv_cache: size = ...` line (role: kv | base | swa (iSWA) | main | indexer (DSA, MSA))."""
 
     role: str
     text: str
@@ -167,7 +167,7 @@ RS_RE = re.compile(r"llama_memory_recurrent: size = +([\d.]+) MiB \( *(\d+) cell
                    r"rs_seq\), R \((\w+)\): +([\d.]+) MiB, S \((\w+)\): +([\d.]+) MiB, P \((\w+)\): +([\d.]+) MiB")
 CTX_RE = re.compile(r"llama_context: (n_seq_max|n_ctx|n_ctx_seq|n_batch|n_ubatch|flash_attn|kv_unified) += (\S+)")
 ISWA_RE = re.compile(r"llama_kv_cache_iswa: creating +(non-SWA|SWA) KV cache, size = (\d+) cells")
-DSA_RE = re.compile(r"llama_kv_cache_dsa: creating (main|indexer) KV cache, size = (\d+) cells")
+DSA_RE = re.compile(r"llama_kv_cache_(?:dsa|msa): creating (main|indexer) KV cache, size = (\d+) cells")
 
 
 def parse(log: str, rc: int = 0) -> Printed:
@@ -285,7 +285,7 @@ def kvplan_lines(d: dict[str, Any]) -> dict[str, dict[str, Any]]:
     seqs = f"{det['n_seq_max']}/{det['streams']}"
     out: dict[str, dict[str, Any]] = {}
     indexer = [g for g in groups if g["kind"] == "indexer" and g["tensors"]]
-    if indexer:  # llama_kv_cache_dsa: the latent ("main") and the indexer keys are two caches, two lines
+    if indexer:  # llama_kv_cache_dsa / _msa: the latent or K/V ("main") and the indexer keys are two caches, two lines
         roles = [("main", full, det["cells"]), ("indexer", indexer, det["cells"])]
     elif swa:
         roles = [("base", full, det["cells"]), ("swa", swa, det["swa_cells"])]
