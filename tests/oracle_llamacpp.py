@@ -154,6 +154,18 @@ def t_llama(m: Model) -> list:
     return out
 
 
+def t_cohere2(m: Model) -> list:
+    """src/models/cohere2.cpp load_arch_tensors: one attn_norm, q/k/v, attn_output {n_embd, n_embd}, SwiGLU; the
+    output is token_embd (TENSOR_DUPLICATED)."""
+    e, ff = m.hp["embedding_length"], m.hp["feed_forward_length"]
+    out = [("token_embd.weight", (e, VOCAB)), ("output_norm.weight", (e,))]
+    for i in range(m.hp["block_count"]):
+        h, kv, dk, dv = _heads(m, i)
+        out += [(f"blk.{i}.attn_norm.weight", (e,)), *_qkv(i, e, e, dk * kv, dv * kv),
+                (f"blk.{i}.attn_output.weight", (e, e)), *_mlp(i, e, ff)]
+    return out
+
+
 def t_deci(m: Model) -> list:
     e = m.hp["embedding_length"]
     out = _embd_out(m)
@@ -613,6 +625,17 @@ MODELS: dict[str, Model] = {m.name: m for m in (
        embedding_length=64, feed_forward_length=64, attention__head_count=8, attention__head_count_kv=4,
        attention__key_length=256, attention__value_length=256, attention__sliding_window=512,
        attention__sliding_window_pattern=3),
+    # Command-R7B (cohere2): 3 sliding (4096) : 1 full NoPE, 8 kv x 128 (here 1 kv of 4 heads x 128); the converter
+    # writes sliding_window and no pattern, load_swa_pattern(ml, 4) slides il % 4 < 3
+    _m("cohere2", "cohere2", "c4ai-command-r7b (SWA 4096, 3:1, kv x 128)", t_cohere2, block_count=8,
+       embedding_length=512, feed_forward_length=64, attention__head_count=4, attention__head_count_kv=1,
+       attention__sliding_window=4096, attention__layer_norm_epsilon=1e-5, logit_scale=0.25,
+       rope__dimension_count=128),
+    # SmolLM3-3B (smollm3): llama's cache on every layer (NoPE every 4th layer changes no cache), 4 kv x 128 as the
+    # real model (4 heads here instead of 16)
+    _m("smollm3", "smollm3", "SmolLM3-3B (GQA 4 kv x 128, NoPE 1 in 4)", t_llama, block_count=8,
+       embedding_length=512, feed_forward_length=64, attention__head_count=4, attention__head_count_kv=4,
+       attention__key_length=128, attention__value_length=128, rope__dimension_count=128, context_length=65536),
     # gpt-oss-120b: alternating sliding 128 / full, 8 kv heads x 64, attention sinks, MoE (tiny experts)
     _m("gpt-oss", "gpt-oss", "gpt-oss-120b (SWA 128, pattern 2, 8 kv x 64, sinks)", t_gpt_oss, block_count=4,
        embedding_length=64, feed_forward_length=32, attention__head_count=16, attention__head_count_kv=8,
@@ -904,6 +927,11 @@ CASES: list[Case] = [
     Case("gemma3-np2-c3000-kvu-swa-full", "gemma3", 3000, batch=2, kvu=True, swa_full=True),
     Case("gemma3-p3-c4096", "gemma3-p3", 4096),
     Case("gemma2-c8192-k-q8_0", "gemma2", 8192, ctk="q8_0"),
+    Case("cohere2-c8192", "cohere2", 8192),
+    Case("cohere2-np2-c6000", "cohere2", 6000, batch=2),
+    Case("cohere2-np3-c2000-kvu", "cohere2", 2000, batch=3, kvu=True),
+    Case("smollm3-c4096", "smollm3", 4096),
+    Case("smollm3-np2-c3000", "smollm3", 3000, batch=2),
     Case("gpt-oss-c4096", "gpt-oss", 4096),
     Case("gpt-oss-np4-c1000-kvu", "gpt-oss", 1000, batch=4, kvu=True),
     Case("gpt-oss-np2-c3000", "gpt-oss", 3000, batch=2),

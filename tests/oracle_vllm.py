@@ -96,6 +96,19 @@ def _shrink(d: dict[str, Any]) -> None:
     _clamp_ids(d)
 
 
+WILD_CONFIGS = ROOT / "tests" / "data" / "wild-configs"
+
+
+def _smollm3(changes: dict[str, Any]) -> dict[str, Any]:
+    """HuggingFaceTB/SmolLM3-3B's genuine config.json cut to 8 layers and a 512 width (4 heads of 128, 1 KV head)."""
+    d = json.loads((WILD_CONFIGS / "HuggingFaceTB--SmolLM3-3B" / "config.json").read_text())
+    _shrink(d)
+    d.update({"num_hidden_layers": 8, "hidden_size": 512, "num_attention_heads": 4, "num_key_value_heads": 1,
+              "no_rope_layers": d["no_rope_layers"][:8], "layer_types": None})
+    d.update(changes)
+    return {k: v for k, v in d.items() if v is not None or k == "sliding_window"}
+
+
 @dataclass(frozen=True)
 class Model:
     """A scaled copy of model_configs/<base>/config.json: the generic shrink (vocabulary, FFN, experts) and then
@@ -340,6 +353,36 @@ MODELS: dict[str, Model] = {
                               "num_mem_blocks": 1, "adapter_rank": 16, "use_long_context": True,
                               "hidden_act": "gelu", "torch_dtype": "bfloat16", "pad_token_id": 0,
                               "bos_token_id": 1, "eos_token_id": 2}),
+    # Cohere2 (no genuine config.json found: the Hub is unreachable and no public copy was found): Command-R7B's
+    # shape as transformers' Cohere2Config reads it -- three sliding (RoPE) layers then one full NoPE layer
+    # (sliding_window_pattern 4), window 4096, head_dim = hidden / heads, parallel block, tied -- scaled to 8 layers
+    "cohere2": Model(None, {}, "8 layers: 6 sliding (window 4096 + 1 in vLLM, 8/2 x 64) + 2 full NoPE (8/2 x 64)", raw={
+        "architectures": ["Cohere2ForCausalLM"], "model_type": "cohere2", "vocab_size": SCALED_VOCAB,
+        "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 8, "num_attention_heads": 8,
+        "num_key_value_heads": 2, "sliding_window": 4096, "sliding_window_pattern": 4, "logit_scale": 0.25,
+        "layer_norm_eps": 1e-5, "max_position_embeddings": 32768, "rope_theta": 50000.0, "attention_bias": False,
+        "hidden_act": "silu", "tie_word_embeddings": True, "pad_token_id": 0, "bos_token_id": 5, "eos_token_id": 6,
+        "torch_dtype": "bfloat16"}, max_model_len=16384),
+    # the newer form (layer_types written out, here not the period-4 one) with a window of 1025: vLLM's window + 1
+    # (1026) then needs one more block per request than 1025 would (cdiv(1025 + in-flight, 16) + 1); model_max_length
+    # below max_position_embeddings sets the rotary table's length (commandr.py) and vLLM's limit
+    "cohere2-odd": Model(None, {}, "6 layers: 4 sliding (window 1025 + 1, 4/1 x 128) + 2 full, layer_types, "
+                         "model_max_length 8192", raw={
+        "architectures": ["Cohere2ForCausalLM"], "model_type": "cohere2", "vocab_size": SCALED_VOCAB,
+        "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 6, "num_attention_heads": 4,
+        "num_key_value_heads": 1, "sliding_window": 1025,
+        "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "sliding_attention",
+                        "full_attention", "sliding_attention"],
+        "logit_scale": 0.25, "layer_norm_eps": 1e-5, "max_position_embeddings": 32768, "model_max_length": 8192,
+        "rope_theta": 50000.0, "hidden_act": "silu", "pad_token_id": 0, "bos_token_id": 5, "eos_token_id": 6,
+        "torch_dtype": "bfloat16"}, max_model_len=8192),
+    # SmolLM3-3B (tests/data/wild-configs/HuggingFaceTB--SmolLM3-3B) scaled: 8 of its 36 layers (NoPE on 3 and 7),
+    # head_dim 128, GQA 4:1; vLLM 0.32 runs it through its Transformers backend (registry.py)
+    "smollm3": Model(None, {}, "8 layers full (4/1 x 128; NoPE on layers 3, 7), Transformers backend",
+                     raw=_smollm3({"layer_types": ["full_attention"] * 8}), max_model_len=8192),
+    # use_sliding_window on: SmolLM3Config slides the NoPE layers (3, 7) over sliding_window 1024
+    "smollm3-swa": Model(None, {}, "8 layers: 6 full + 2 sliding NoPE (window 1024), 4/1 x 128",
+                         raw=_smollm3({"use_sliding_window": True, "sliding_window": 1024}), max_model_len=8192),
     # Qwen3.5's text models (the vision tower plays no part in the cache): its config's mamba_ssm_dtype float32 is
     # what vLLM's Qwen3_5ForCausalLMConfig makes the SSM state, with no flag
     "qwen3.5": Model("Qwen--Qwen3.5-27B", {"num_hidden_layers": 8, "hidden_size": 256, "layer_types": None},
@@ -527,6 +570,10 @@ def _variations() -> list[Case]:
         Case("falcon-h1", max_model_len=8192),
         Case("zamba2", tag="state32", extra=STATE32, kvplan_extra=("--state-dtype", "fp32")),
         Case("zamba2", kv_space_gib=2), Case("zamba2-long", max_model_len=8192), Case("zamba2-long", block_size=64),
+        # Cohere2: the hybrid manager's sliding group (window + 1) beside the full NoPE layers; SmolLM3 windows
+        Case("cohere2", max_model_len=32768), Case("cohere2", kv_cache_dtype="fp8"), Case("cohere2", block_size=32),
+        Case("cohere2-odd", max_model_len=4096), Case("cohere2-odd", kv_space_gib=2),
+        Case("smollm3", kv_cache_dtype="fp8"), Case("smollm3-swa", max_model_len=4096),
         # an explicit flag overrides Qwen3.5's config (vLLM warns and uses the flag); kvplan is told the same
         Case("qwen3.5", tag="ssm-bf16", extra=(("mamba_ssm_cache_dtype", "bfloat16"),),
              kvplan_extra=("--mamba-ssm-cache-dtype", "bf16")),

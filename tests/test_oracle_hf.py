@@ -252,3 +252,35 @@ def test_zamba2_params_and_cache_equal_transformers(config, tmp_path):
         truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
         r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
         assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"
+
+
+def _cohere2_smollm3_configs():
+    """The vLLM oracle's scaled Cohere2 and SmolLM3 configs (SmolLM3 cut from its genuine config.json), and the
+    other branches: Cohere2 untied, its class-default pattern (no sliding_window_pattern key); SmolLM3 untied with
+    biases, MHA by num_key_value_heads null."""
+    import oracle_vllm
+
+    c2, odd, smol, swa = (oracle_vllm.MODELS[m].raw for m in ("cohere2", "cohere2-odd", "smollm3", "smollm3-swa"))
+    c2_default = {k: v for k, v in c2.items() if k != "sliding_window_pattern"}
+    return [pytest.param(c2, 8200, id="cohere2"), pytest.param(odd, 1100, id="cohere2-odd"),
+            pytest.param({**c2_default, "tie_word_embeddings": False, "sliding_window": 48, "num_hidden_layers": 6},
+                         100, id="cohere2-untied-defaults"),
+            pytest.param(smol, 300, id="smollm3"), pytest.param(swa, 1100, id="smollm3-swa"),
+            pytest.param({**swa, "tie_word_embeddings": False, "attention_bias": True, "mlp_bias": True,
+                          "num_key_value_heads": None, "no_rope_layers": None, "no_rope_layer_interval": 3,
+                          "sliding_window": 40}, 100, id="smollm3-mha-bias-interval3")]
+
+
+@pytest.mark.parametrize("config, long", _cohere2_smollm3_configs())
+def test_cohere2_and_smollm3_params_and_cache_equal_transformers(config, long, tmp_path):
+    """Cohere2ForCausalLM / SmolLM3ForCausalLM on meta: their parameters, and after one forward of [2, ctx] the
+    DynamicCache (DynamicSlidingWindowLayer on the sliding layers, DynamicLayer on the full ones) as kvplan's hf plan,
+    at a short context and one beyond the window."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec.params == \
+        oracle.hf_param_counts(config)["params"]
+    for ctx in (SHORT_CTX, long):
+        truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
+        r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
+        assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from kvplan.architectures import (
-    base, classic, decoder, deepseek, deepseek_v4, defaults, encdec, gemma, gpt_oss, hybrid, kimi, llama4, mimo,
-    minimax_m3, nemotron_nas, rope, schema, step, vision, zamba2,
+    base, classic, cohere2, decoder, deepseek, deepseek_v4, defaults, encdec, gemma, gpt_oss, hybrid, kimi, llama4,
+    mimo, minimax_m3, nemotron_nas, rope, schema, step, vision, zamba2,
 )
 from kvplan.architectures.base import Cfg
 from kvplan.errors import ConfigError
@@ -71,6 +71,8 @@ FAMILIES: tuple[Family, ...] = (
     # Step-3.7: the step3p7 wrapper (its text_config is model_type step3p5) or the flat text-only file
     Family("step-3.7", _mt("step3p7"), step.build),
     Family("llama4", _mt("llama4", "llama4_text"), llama4.build),
+    Family("cohere2", _mt("cohere2"), cohere2.build),
+    Family("smollm3", _mt("smollm3"), decoder.smollm3),
 )
 DEFAULT = Family("decoder", lambda top, text: True, decoder.build)
 ENCODER_DECODER = {"t5": (encdec.t5, ("n_positions",)), "mt5": (encdec.t5, ("n_positions",)),

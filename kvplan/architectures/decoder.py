@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from kvplan.architectures import base
 from kvplan.architectures.base import AttnDims, Cfg
+from kvplan.errors import ConfigError
 from kvplan.spec import LayerCache, WeightPart
 
 
@@ -27,7 +28,9 @@ class Quirks:
     qk_norm: str | None = None  # None | "head_dim" | "per_head" | a config key gating "head_dim"
     qk_norm_flag: str | None = None  # config key that switches qk norm on (cohere use_qk_norm)
     tied_default: bool = False
-    sliding: str = "all"  # how sliding_window applies without layer_types: all | qwen (layers >= max_window_layers, if use_sliding_window)
+    # how sliding_window applies without layer_types: all | qwen (layers >= max_window_layers, if use_sliding_window)
+    # | nope (SmolLM3: the NoPE layers, no_rope_layers[i] == 0, if use_sliding_window)
+    sliding: str = "all"
     sliding_gate: str | None = None  # config key that must be true for sliding_window to apply
     moe: str | None = None  # None | "mixtral" | "qwen_moe"
     lm_head_bias: bool = False  # Phi-1/1.5/2: nn.Linear(hidden, vocab, bias=True)
@@ -57,6 +60,9 @@ QUIRKS: dict[str, Quirks] = {
                   norm_bias=True, lm_head_bias=True),
     "cohere": Quirks(mlp_bias=False, norms_per_layer=1, qk_norm="per_head", qk_norm_flag="use_qk_norm",
                      tied_default=True),
+    # SmolLM3 (transformers 5.24 models/smollm3): llama's block; SmolLM3Config.__post_init__ slides the NoPE layers
+    # (no_rope_layers[i] == 0, default every no_rope_layer_interval-th) when use_sliding_window and sliding_window
+    "smollm3": Quirks(tied_default=True, sliding="nope", sliding_gate="use_sliding_window"),
     "starcoder2": Quirks(q_bias="use_bias", k_bias="use_bias", v_bias="use_bias", o_bias="use_bias", mlp="plain",
                          mlp_bias="use_bias", norm_bias=True, tied_default=True, defaults=(("use_bias", True),)),
 }
@@ -78,10 +84,34 @@ def layer_kinds(c: Cfg, q: Quirks, n: int) -> list[str]:
     window = c.get("sliding_window")
     if not window or q.sliding == "none" or (q.sliding_gate and not c.get(q.sliding_gate, default=False)):
         return ["full"] * n
+    if q.sliding == "nope":
+        return ["full" if rope else "sliding" for rope in no_rope_layers(c, n)]
     if q.sliding == "qwen":  # transformers Qwen2Config: sliding for layers >= max_window_layers
         start = int(c.get("max_window_layers", default=0))
         return ["sliding" if i >= start else "full" for i in range(n)]
     return ["sliding"] * n
+
+
+def no_rope_layers(c: Cfg, n: int) -> list[int]:
+    """SmolLM3Config: no_rope_layers (1 = the layer rotates, 0 = NoPE), else int((i + 1) % no_rope_layer_interval != 0)."""
+    flags = c.raw.get("no_rope_layers")
+    if flags is None:
+        interval = int(c.get("no_rope_layer_interval", default=4))
+        if interval < 1:
+            raise ConfigError(f"{c.where}: no_rope_layer_interval must be at least 1 (transformers computes "
+                              f"(i + 1) % no_rope_layer_interval), found {interval}")
+        return [int((i + 1) % interval != 0) for i in range(n)]
+    if len(flags) != n:
+        raise ConfigError(f"{c.where}: no_rope_layers must list one flag per layer ({n}), found {len(flags)}")
+    return [int(f) for f in flags]
+
+
+def smollm3(top: Cfg, c: Cfg):
+    """SmolLM3 (model_type smollm3): the llama-style decoder of its QUIRKS row; num_key_value_heads null means MHA
+    (SmolLM3Config.__post_init__), absent means the class default 4."""
+    if "num_key_value_heads" in c.raw and c.raw["num_key_value_heads"] is None:
+        c = Cfg({**c.raw, "num_key_value_heads": c.need_int("num_attention_heads")}, c.defaults, c.where)
+    return build(top, c, quirks_for("smollm3"))
 
 
 def build_layers(c: Cfg, q: Quirks, dims: AttnDims, kinds: list[str]) -> list[tuple[int, LayerCache]]:

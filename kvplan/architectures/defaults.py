@@ -28,6 +28,17 @@ CLASS_DEFAULTS: dict[str, dict[str, object]] = {
     "llama4_text": {"attention_chunk_size": 8192},
     # Zamba2Config (transformers 5.24): its length when the config states none (use_long_context: 16384, zamba2.py)
     "zamba2": {"max_position_embeddings": 4096},
+    # Cohere2Config (transformers 5.24): Command-R7B / Command-A files state their sizes; the window is a class default
+    "cohere2": {
+        "vocab_size": 256_000, "hidden_size": 8192, "intermediate_size": 22_528, "num_hidden_layers": 40,
+        "num_attention_heads": 64, "max_position_embeddings": 8192, "sliding_window": 4096,
+    },
+    # SmolLM3Config (transformers 5.24): four KV heads unless the file says otherwise (None alone means MHA)
+    "smollm3": {
+        "vocab_size": 128_256, "hidden_size": 2048, "intermediate_size": 11_008, "num_hidden_layers": 36,
+        "num_attention_heads": 16, "num_key_value_heads": 4, "max_position_embeddings": 32_768,
+        "no_rope_layer_interval": 4,
+    },
     # Step3p7TextConfig (transformers 5.24), which AutoConfig also loads for model_type step3p5 (the Hub release's
     # text_config); the flat aiconfigurator file says model_type step3p7
     "step3p5": {

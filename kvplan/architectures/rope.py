@@ -22,9 +22,10 @@ from kvplan.spec import RopeTable
 
 
 # Families whose vLLM model code has no rotary table: state-space models, learned or ALiBi positions, NoPE hybrids;
-# GPT-NeoX and Starcoder2 run through vLLM's Transformers backend in 0.32 (transformers' rotary keeps no table)
+# GPT-NeoX and Starcoder2 run through vLLM's Transformers backend in 0.32 (transformers' rotary keeps no table), and
+# SmolLM3 through vLLM's (registry.py: SmolLM3ForCausalLM -> TransformersForCausalLM) and SGLang's (no native class)
 NO_TABLE_FAMILIES = frozenset({"mamba", "mamba2", "jamba", "nemotron-h", "bloom", "mpt", "gpt2", "opt", "t5", "mt5",
-                               "whisper", "gpt-neox", "starcoder2"})
+                               "whisper", "gpt-neox", "starcoder2", "smollm3"})
 
 
 def parameters(c: Cfg) -> dict[str, Any]:
@@ -169,12 +170,21 @@ def _zamba2(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
     n = long[0] if long else _max_position(c)
     dim = 2 * int(c.get("hidden_size", default=2560)) // int(c.get("num_attention_heads", default=32))
     return (RopeTable(rows(parameters(c), n), dim),) if n and dim else ()
+def _cohere2(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
+    """Cohere2: every layer builds get_rope(head_dim, max_position=model_max_length or max_position_embeddings,
+    rope_parameters, is_neox_style=False) (vLLM 0.32 and SGLang 0.5.10 commandr.py CohereAttention); the NoPE layers
+    hold it too, unused. head_dim is hidden_size // heads (Cohere2Config), rotated whole (rotary_pct is not read)."""
+    rp = parameters(c)
+    n = int(c.get("model_max_length", default=0) or 0) or _max_position(c)
+    head = int(c.get("hidden_size", default=0) or 0) // max(1, int(c.get("num_attention_heads", default=1) or 1))
+    dim = int(head * float(rp.get("partial_rotary_factor", 1.0) or 1.0))
+    return (RopeTable(rows(rp, n), dim),) if n and dim else ()
 
 
 FAMILY_TABLES: dict[str, Callable[[Cfg, Cfg], tuple[RopeTable, ...]]] = {
     "gemma": _gemma, "gemma3n": _gemma, "gemma4": _gemma4, "mimo-v2-flash": _mimo, "deepseek-mla": _mla,
     "deepseek-v4": _mla, "gpt-oss": _gpt_oss, "chatglm": _chatglm, "falcon": _falcon, "llama4": _llama4,
-    "granite-hybrid": _granite_hybrid, "zamba2": _zamba2,
+    "granite-hybrid": _granite_hybrid, "zamba2": _zamba2, "cohere2": _cohere2,
 }
 
 

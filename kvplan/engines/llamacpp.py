@@ -304,6 +304,21 @@ class Prepared(layout.StagedLayout):
 # than sized by the generic recurrent + attention rows
 REFUSED_FAMILIES = {"zamba2": "llama.cpp (b11434) has no zamba2 architecture (its hybrids: jamba, falcon-h1, "
                               "granitehybrid, nemotron_h; ggml-org/llama.cpp pull request 21412 proposing Zamba2 was open when read)"}
+def _check_swa_layers(spec: ModelSpec) -> None:
+    """Families whose GGUF conversion fixes the sliding layers whatever config.json says (b11434):
+    * cohere2: conversion/command_r.py Cohere2Model writes sliding_window but no pattern; src/models/cohere2.cpp
+      load_swa_pattern(ml, 4) then slides layer il iff il % 4 < 3.
+    * smollm3: src/models/smollm3.cpp builds build_attn_inp_kv (no SWA cache) and the converter writes no window."""
+    sliding = {i for i, c in spec.caches if isinstance(c, SlidingWindow)}
+    if spec.family == "cohere2":
+        period4 = {i for i in range(spec.num_layers) if i % 4 < 3}
+        if sliding != period4:
+            raise layout.UnsupportedKind("llama.cpp's cohere2 GGUFs slide layers il % 4 < 3 (src/models/cohere2.cpp "
+                                         "load_swa_pattern(ml, 4); the converter writes no pattern), not this "
+                                         "config's sliding layers: it would not run this model as configured")
+    elif spec.family == "smollm3" and sliding:
+        raise layout.UnsupportedKind("llama.cpp's smollm3 architecture has no sliding window (src/models/smollm3.cpp "
+                                     "build_attn_inp_kv): it would run this config's sliding layers as full attention")
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
@@ -313,6 +328,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         raise InputError("llama.cpp splits a model by layers across GPUs, not by tensor parallelism; use --pp N "
                          "for a layer split over N GPUs")
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
+    _check_swa_layers(spec)
     rules = selected.rules
     unified = bool(opts.get("kv_unified") or False)
     ubatch = int(opts.get("ubatch") or 512)

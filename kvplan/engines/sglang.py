@@ -34,9 +34,12 @@ class Rules:
     kda: bool = True
     # LFM2 / LFM2-MoE (srt/models/lfm2.py, lfm2_moe.py) read in 0.5.10; the 0.4 rule set is not known to have them
     short_conv: bool = True
+    # Cohere2 (srt/models/commandr.py) and SmolLM3 (no native class: srt/models/transformers.py, the Transformers
+    # fallback) read in 0.5.10; in the 0.4 era Cohere2ForCausalLM was a stub (sgl-project/sglang#4570)
+    cohere2_smollm3: bool = True
 
 
-VERSIONS = [("0.4", Rules(False, kda=False, short_conv=False)), ("0.5", Rules(True)),
+VERSIONS = [("0.4", Rules(False, kda=False, short_conv=False, cohere2_smollm3=False)), ("0.5", Rules(True)),
             ("0.5.23", Rules(True, dsa_blackwell_plain_fp8=True))]
 DSA_PAGE = 64  # arg_groups/model_overrides/deepseek_v2.py: DSA models run with page_size 64 (even over --page-size)
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2")  # cache dtypes this engine can store
@@ -288,11 +291,22 @@ class Prepared(layout.StagedLayout):
 # Mamba2CacheParams of the mamba layers, the same Mamba2StateShape as Nemotron-H's)
 REFUSED_FAMILIES = {"bamba": "SGLang 0.5.10 has no BambaForCausalLM (srt/models)",
                     "zamba2": "SGLang has no Zamba2ForCausalLM (no srt/models/zamba2.py)"}
+# Families read in 0.5.10 only (Rules.cohere2_smollm3). In 0.5.10 Cohere2 is not a hybrid-SWA architecture
+# (model_config.py is_hybrid_swa_model), so its sliding layers hold full-length cache, and SmolLM3 runs through the
+# Transformers fallback (model_loader/utils.py resolve_transformers_arch), one RadixAttention per layer, one pool.
+NOT_READ_BEFORE_0_5 = {
+    "cohere2": "not modelled: kvplan read Cohere2 in SGLang 0.5.10 (srt/models/commandr.py); SGLang 0.4's "
+               "Cohere2ForCausalLM was a stub (sgl-project/sglang#4570): use --engine sglang@0.5",
+    "smollm3": "not modelled: kvplan read SGLang 0.5.10's Transformers fallback (srt/models/transformers.py) that runs "
+               "SmolLM3; 0.4's is not read: use --engine sglang@0.5",
+}
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
     layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
+    if not selected.rules.cohere2_smollm3:
+        layout.check_family(ENGINE.name, NOT_READ_BEFORE_0_5, spec.family)
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     base.check_tp_heads(spec, tp)
     kinds = {type(c) for _, c in spec.caches}

@@ -200,10 +200,18 @@ class Prepared(layout.StagedLayout):
 
 
 # Families whose TensorRT-LLM code kvplan has not read (no source here): refused rather than sized by another rule
-REFUSED_FAMILIES = dict.fromkeys(("granite-hybrid", "bamba"), "not modelled: kvplan has not read TensorRT-LLM's "
-                                 "Granite-4.0-H / Bamba code")
-REFUSED_FAMILIES["zamba2"] = ("TensorRT-LLM has no Zamba2 model (no _torch/models/modeling_zamba2.py, no "
-                              "tensorrt_llm/models/zamba2)")
+REFUSED_FAMILIES = {
+    **dict.fromkeys(("granite-hybrid", "bamba"), "not modelled: kvplan has not read TensorRT-LLM's Granite-4.0-H / "
+                    "Bamba code"),
+    # the PyTorch backend's modeling_cohere2.py passes attention_window_size per forward; which window the KV pools
+    # get comes from KvCacheConfig.max_attention_window, not read here for it
+    "cohere2": "not modelled: kvplan has not read how TensorRT-LLM's Cohere2 (_torch/models/modeling_cohere2.py) "
+               "lays out its sliding-window KV pools",
+    "smollm3": "not modelled: TensorRT-LLM has no SmolLM3 model code kvplan could read (no modeling_smollm3 in "
+               "tensorrt_llm/_torch/models)",
+    "zamba2": "TensorRT-LLM has no Zamba2 model (no _torch/models/modeling_zamba2.py, no "
+              "tensorrt_llm/models/zamba2)",
+}
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],

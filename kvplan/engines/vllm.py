@@ -73,6 +73,10 @@ class Rules:
     kda_modelled: bool = False
     moe_workspace_held: bool = False  # fused-MoE scratch kept by the WorkspaceManager (0.13+, overhead.py)
     minimax_m3: bool = False  # MiniMax-M3's sparse attention (models/minimax_m3) is modelled: read in 0.32's source
+    # Cohere2's sliding layers get per_layer_sliding_window = sliding_window + 1 (0.32 models/commandr.py
+    # CohereAttention: "cohere swa layer sees [pos - sliding_window, pos]"); the 0.7-era code passed sliding_window
+    # itself (vllm PR #11583's log: per_layer_sliding_window=4096). When the +1 landed between them is not read here.
+    cohere2_window_plus_one: bool = False
 
 
 _OLD_MLA = (("hopper", 64), ("blackwell", 128), ("other", 16))  # 0.10-0.11: FlashMLA 64, CUTLASS MLA 128
@@ -87,7 +91,7 @@ _SINCE_0_15 = dict(_SINCE_0_13, chunked_keeps_hybrid=True)
 _SINCE_0_32 = dict(_SINCE_0_15, promote_only_mixed=True, hybrid_align_to_block=True,
                    mamba_align_mode=True, cross_reserves_batched_tokens=True, ssm_fp32_architectures=True,
                    window_beyond_context_slides=True, deepseek_v4=True, tp_non_torch_measured=True, kda_modelled=True,
-                   in_flight_reserve=True, minimax_m3=True)
+                   in_flight_reserve=True, minimax_m3=True, cohere2_window_plus_one=True)
 VERSIONS: list[tuple[str, Rules]] = [
     # hybrid MLA alignment 64 (models/config.py HybridAttentionMambaModelConfig, 0.12 and 0.13 wheels: "128 if
     # use_cutlass_mla else 64"); a ~0.11.1 Kimi-Linear log reproduces with it (tests/test_kimi_linear.py)
@@ -962,12 +966,22 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         assumptions.append(f"Mamba/linear-attention state: conv window kernel-1, conv state in {state.name} "
                            f"(--state-dtype), SSM/recurrent state in {ssm_state.name} (--mamba-ssm-cache-dtype)")
     hybrid_state = has_state and any(issubclass(k, (FullAttention, LatentAttention)) for k in kinds)
-    stages = tuple(build_stage(cs, tp, kvd, rules, opts, (state, ssm_state), arch, hybrid_state, int(mbt), flashkda)
+    plus_one = spec.family == "cohere2" and rules.cohere2_window_plus_one
+    if plus_one and SlidingWindow in kinds:
+        assumptions.append("Cohere2 sliding layers: window sliding_window + 1 (models/commandr.py CohereAttention)")
+    stages = tuple(build_stage(_cohere2_windows(cs) if plus_one else cs, tp, kvd, rules, opts, (state, ssm_state), arch,
+                               hybrid_state, int(mbt), flashkda)
                    for cs in layout.stages(spec, pp))
     assumptions.append("the null block (block 0) is excluded from usable blocks")
     if dcp_note:
         assumptions.append(dcp_note)
     return Prepared(selected, stages, kvd, inflight, int(mbt), bool(async_on), tuple(assumptions), tp, pp)
+
+
+def _cohere2_windows(caches):
+    """vLLM 0.32 models/commandr.py: a Cohere2 sliding layer's Attention gets per_layer_sliding_window =
+    config.sliding_window + 1, so its SlidingWindowSpec holds one token more than the config's window."""
+    return tuple((i, replace(c, window=c.window + 1) if type(c) is SlidingWindow else c) for i, c in caches)
 
 
 def _minimax_m3_block(opts: dict[str, Any], selected: Selected[Rules]) -> dict[str, Any]:
