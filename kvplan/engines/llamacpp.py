@@ -271,8 +271,14 @@ class Prepared(layout.StagedLayout):
                 "n_seq_max": batch, "flags": f"-np {batch} -c {batch * ctx}"}
 
 
+# Families llama.cpp has no architecture for (src/llama-arch.cpp, convert_hf_to_gguf.py / conversion/ of b11434)
+REFUSED_FAMILIES = {"mllama": "llama.cpp has no mllama architecture (b11434: none in src/llama-arch.cpp, and its "
+                              "converter takes no MllamaForConditionalGeneration)"}
+
+
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
+    layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
     if tp > 1:
         raise InputError("llama.cpp splits a model by layers across GPUs, not by tensor parallelism; use --pp N "
                          "for a layer split over N GPUs")

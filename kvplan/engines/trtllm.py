@@ -202,6 +202,12 @@ class Prepared(layout.StagedLayout):
 # Families whose TensorRT-LLM code kvplan has not read (no source here): refused rather than sized by another rule
 REFUSED_FAMILIES = dict.fromkeys(("granite-hybrid", "bamba"), "not modelled: kvplan has not read TensorRT-LLM's "
                                  "Granite-4.0-H / Bamba code")
+# Llama-3.2-Vision: the PyTorch backend's _torch/models/modeling_mllama.py builds the cross-attention layers as None
+# ("TODO: Cross-attention decoder layer impl.") and runs text only (skip_cross_attention); the TensorRT-engine flow
+# (models/mllama, enc-dec cross KV pools) is not read here
+REFUSED_FAMILIES["mllama"] = ("not modelled: TensorRT-LLM's PyTorch backend runs Llama-3.2-Vision text-only (its "
+                              "cross-attention layers are not built: _torch/models/modeling_mllama.py), and kvplan has "
+                              "not read its TensorRT-engine flow (models/mllama)")
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
