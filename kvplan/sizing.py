@@ -120,7 +120,8 @@ def load_spec(mo: ModelOptions) -> tuple[ResolvedModel, ModelSpec]:
         except ConfigError as e:
             raise ConfigError(f"{mo.model}: {e}") from None
         if mo.encoder_len and not spec.is_encoder_decoder:
-            raise InputError(f"--encoder-len applies to encoder-decoder models (T5, Whisper); {mo.model} is decoder-only")
+            raise InputError("--encoder-len applies to encoder-decoder and cross-attention models (T5, Whisper, "
+                             f"Llama-3.2-Vision); {mo.model} has no cross attention")
         return resolved, spec
     from kvplan.architectures import gguf_spec
     from kvplan.resolve import read_gguf

@@ -514,3 +514,39 @@ def max_forward_positions(config: dict) -> int | None:
 def default_ctx_long(config: dict, cap: int = 8200) -> int:
     lim = max_forward_positions(config)
     return cap if lim is None else min(cap, lim)
+
+
+# --------------------------------------------------------------------------- Llama-3.2-Vision (mllama)
+
+
+def mllama_cache_bytes(config: dict, batch: int, ctx: int, images: int, dtype="float16", device="meta") -> dict:
+    """MllamaForConditionalGeneration, one forward of [batch, ctx] text tokens with `images` images per sequence of
+    max_num_tiles tiles each (pixel_values [batch, images, tiles, channels, image_size, image_size], every tile
+    unmasked), use_cache=True; the bytes of every tensor the returned cache holds. The cross-attention layers cache
+    K/V of the projected vision states; the self-attention layers K/V of the text."""
+    import torch
+
+    model = build_meta_model(config, dtype, device=device)
+    v = model.config.vision_config
+    td = _torch_dtype(dtype)
+    size, tiles = v.image_size, v.max_num_tiles
+    image_token = model.config.image_token_id
+    if device == "meta":
+        ids = torch.zeros((batch, ctx), dtype=torch.long, device="meta")
+    else:
+        g = torch.Generator().manual_seed(0)
+        ids = torch.randint(0, min(model.config.text_config.vocab_size, 1000), (batch, ctx), generator=g)
+        ids[:, :images] = image_token
+    inputs = {
+        "input_ids": ids,
+        "pixel_values": torch.zeros((batch, images, tiles, v.num_channels, size, size), dtype=td, device=device),
+        "aspect_ratio_ids": torch.ones((batch, images), dtype=torch.long, device=device),
+        "aspect_ratio_mask": torch.ones((batch, images, tiles), dtype=torch.long, device=device),
+        "cross_attention_mask": torch.ones((batch, ctx, images, tiles), dtype=torch.long, device=device),
+    }
+    with _quiet(), torch.no_grad():
+        out = model(**inputs, use_cache=True, return_dict=True)
+    rep = cache_report(out.past_key_values)
+    rep.update({"batch": batch, "ctx": ctx, "images": images, "dtype": str(dtype), "class": type(model).__name__})
+    del out, model
+    return rep

@@ -284,3 +284,55 @@ def test_cohere2_and_smollm3_params_and_cache_equal_transformers(config, long, t
         truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
         r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
         assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"
+
+
+# ---------------------------------------------------------------------------------------------- Llama-3.2-Vision
+def _mllama_configs():
+    from transformers import MllamaConfig
+
+    from test_mllama import MLLAMA_TINY
+
+    # transformers' own MllamaConfig (its docstring's checkpoint meta-llama/Llama-3.2-11B-Vision: 40 text layers,
+    # 8 of them cross attention, 32 + 8 tower layers) with the release's 560-pixel tiles
+    default_11b = {**MllamaConfig(vision_config={"image_size": 560}).to_dict(),
+                   "architectures": ["MllamaForConditionalGeneration"]}
+    tiles2 = {**MLLAMA_TINY, "tie_word_embeddings": True,
+              "text_config": {**MLLAMA_TINY["text_config"], "num_key_value_heads": 4, "cross_attention_layers": [0, 5]},
+              "vision_config": {**MLLAMA_TINY["vision_config"], "max_num_tiles": 2,
+                                "supported_aspect_ratios": [[1, 1], [1, 2], [2, 1]]}}
+    return [pytest.param(default_11b, (SHORT_CTX,), id="mllama-11b-defaults"),
+            pytest.param(MLLAMA_TINY, (SHORT_CTX, 300), id="mllama-tiny"),
+            pytest.param(tiles2, (SHORT_CTX, 300), id="mllama-tiny-2tiles-mha-tied")]
+
+
+@pytest.mark.parametrize("config, ctxs", _mllama_configs())
+def test_mllama_params_and_cache_equal_transformers(config, ctxs, tmp_path):
+    """MllamaForConditionalGeneration on meta: its parameters (tower and projector as `vision`), and after one
+    forward of [2, ctx] text tokens with 1 and 2 images of max_num_tiles tiles (pixel_values), every layer of the
+    returned cache (self-attention K/V of ctx tokens, cross-attention K/V of images x tiles x patches) as kvplan's hf
+    plan with the default (one image) and with --encoder-len."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    spec = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec
+    truth = oracle.hf_param_counts(config)
+    assert (spec.params, spec.params_of("vision")) == (truth["params"], truth["vision_params"])
+    per_image = spec.encoder_len
+    for images in (1, 2):
+        for ctx in ctxs:
+            got = oracle.mllama_cache_bytes(config, batch=2, ctx=ctx, images=images)
+            mo = ModelOptions(str(path), encoder_len=None if images == 1 else images * per_image)
+            r = size(mo, EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
+            assert r.plan.kv_bytes == got["total"], (f"ctx {ctx}, {images} image(s): kvplan {r.plan.kv_bytes:,} vs "
+                                                     f"transformers {got['total']:,}")
+
+
+def test_mllama_11b_parameters_match_the_published_count():
+    """The transformers-default geometry with 560-pixel tiles counts 10,670,220,835 parameters, the figure a public
+    parameter table lists for meta-llama/llama-3.2-11b-vision-instruct (code-search index id 12439498600)."""
+    from transformers import MllamaConfig
+
+    from kvplan.architectures import normalize
+
+    config = {**MllamaConfig(vision_config={"image_size": 560}).to_dict(),
+              "architectures": ["MllamaForConditionalGeneration"]}
+    assert normalize(config).params == 10_670_220_835

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from kvplan.architectures import (
     base, classic, cohere2, decoder, deepseek, deepseek_v4, defaults, encdec, gemma, gpt_oss, hybrid, kimi, llama4,
-    mimo, minimax_m3, nemotron_nas, rope, schema, step, vision, zamba2,
+    mimo, minimax_m3, mllama, nemotron_nas, rope, schema, step, vision, zamba2,
 )
 from kvplan.architectures.base import Cfg
 from kvplan.errors import ConfigError
@@ -76,7 +76,9 @@ FAMILIES: tuple[Family, ...] = (
 )
 DEFAULT = Family("decoder", lambda top, text: True, decoder.build)
 ENCODER_DECODER = {"t5": (encdec.t5, ("n_positions",)), "mt5": (encdec.t5, ("n_positions",)),
-                   "whisper": (encdec.whisper, ("max_target_positions",))}
+                   "whisper": (encdec.whisper, ("max_target_positions",)),
+                   # Llama-3.2-Vision: cross-attention layers over the vision tower's output (architectures/mllama.py)
+                   "mllama": (mllama.build, base.HF_MAX_KEYS)}
 
 
 def text_view(top: Cfg) -> Cfg:
@@ -175,7 +177,8 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
         build, keys = ENCODER_DECODER[top_type]
         caches, weights, tied, n_layers, enc_len, _dims = build(top, text, encoder_len)
         family, is_enc_dec, fam = top_type, True, None
-        notes.append(f"cross-attention over {enc_len:,} encoder positions per sequence")
+        notes.append(mllama.encoder_note(top, enc_len) if top_type == "mllama"
+                     else f"cross-attention over {enc_len:,} encoder positions per sequence")
     else:
         fam = family_of(top, text)
         if fam is DEFAULT:

@@ -39,6 +39,12 @@ CLASS_DEFAULTS: dict[str, dict[str, object]] = {
         "num_attention_heads": 16, "num_key_value_heads": 4, "max_position_embeddings": 32_768,
         "no_rope_layer_interval": 4,
     },
+    # MllamaTextConfig (transformers 5.24; cross_attention_layers' default is architectures/mllama.py's)
+    "mllama_text_model": {
+        "vocab_size": 128_256, "hidden_size": 4096, "intermediate_size": 14_336, "num_hidden_layers": 40,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131_072,
+        "rope_theta": 500_000.0,
+    },
     # Step3p7TextConfig (transformers 5.24), which AutoConfig also loads for model_type step3p5 (the Hub release's
     # text_config); the flat aiconfigurator file says model_type step3p7
     "step3p5": {
@@ -49,7 +55,7 @@ CLASS_DEFAULTS: dict[str, dict[str, object]] = {
 }
 
 ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon", "gemma3": "gemma3_text", "gemma4": "gemma4_text",
-           "step3p7": "step3p5"}
+           "step3p7": "step3p5", "mllama": "mllama_text_model"}
 
 
 def for_model_type(model_type: str) -> dict[str, object]:

@@ -33,7 +33,8 @@ MAX_LIST = 1 << 20       # entries of a list of names (an fp8 checkpoint's modul
 @dataclass(frozen=True)
 class Rule:
     """What one field accepts. kind: int | number (positive) | signed | bool | str | str_list | int_list | object |
-    object_list | str_or_object | index_list (a list of integers or one comma-separated string of them)."""
+    object_list | str_or_object | index_list (a list of integers or one comma-separated string of them) | pair_list
+    (a list of [integer, integer] pairs)."""
 
     kind: str
     low: int = 0
@@ -63,6 +64,8 @@ class Rule:
             return f"a list of integers in {span}"
         if self.kind == "index_list":
             return f"a list of integers in {span} or a string of them separated by commas"
+        if self.kind == "pair_list":
+            return f"a list of [integer, integer] pairs in {span}"
         return (f"an integer in {span}" + (" (or one per layer)" if self.per_layer else "")
                 + "".join(f" or {w!r}" for w in self.words))
 
@@ -234,6 +237,13 @@ FIELDS: dict[str, Rule] = {
     **_fields(_DIM, "routed_expert_hidden_size"),
     **_fields(_EXPERTS, "num_shared_experts"),
     **_fields(_LAYERS, "attn_res_block_size"),
+    # Llama-3.2-Vision (mllama): the cross-attention layer indices, the vision tower's global layers, heads, tiles and
+    # the encoder layers whose outputs it concatenates, the [width, height] tile arrangements it embeds
+    **_fields(Rule("int_list", 0, MAX_LAYERS), "cross_attention_layers", "intermediate_layers_indices"),
+    **_fields(Rule("pair_list", 1, 1 << 10), "supported_aspect_ratios"),
+    **_fields(_LAYER_COUNT, "num_global_layers"),
+    **_fields(_HEADS, "attention_heads"),
+    **_fields(Rule("int", 1, 1 << 10), "max_num_tiles"),
     # MiniMax-M3: the dense layers' MLP width, MTP modules, the MoE's routing bias (sparse_attention_config scoped)
     **_fields(_WIDTH, "dense_intermediate_size"),
     **_fields(_LAYER_COUNT, "num_mtp_modules"),
@@ -317,6 +327,12 @@ def _check(value: Any, rule: Rule, where: str) -> Any:
         if isinstance(value, list) and len(value) <= MAX_LAYERS:
             items = [_integer(v, rule) for v in value]
             if all(i is not None for i in items):
+                return items
+    elif rule.kind == "pair_list":
+        if isinstance(value, list) and 0 < len(value) <= MAX_LAYERS and all(isinstance(p, list) and len(p) == 2
+                                                                           for p in value):
+            items = [[_integer(v, rule) for v in p] for p in value]
+            if all(i is not None for p in items for i in p):
                 return items
     elif rule.kind == "index_list":
         if isinstance(value, list) and len(value) <= MAX_LAYERS:

@@ -149,6 +149,62 @@ def step3p7_vision(v: Cfg) -> list[WeightPart]:
     return parts
 
 
+def mllama_vision(v: Cfg) -> list[WeightPart]:
+    """MllamaVisionModel (transformers 5.24 modeling_mllama.py): a bias-free conv patch embed, a class embedding,
+    a gated position embedding (num_patches = (image_size // patch_size)^2 + 1 rows, a gate, and a tile embedding
+    of (max_aspect_ratio_id + 1) x max_num_tiles x num_patches x hidden), gated pre- and post-tile aspect-ratio
+    embeddings ((max_aspect_ratio_id + 1) x max_num_tiles x hidden each), LayerNorms before and after, then
+    num_hidden_layers encoder layers and num_global_layers gated ones (gate_attn, gate_ffn): bias-free q/k/v/o of
+    heads x (hidden // heads), fc1/fc2 with biases, two LayerNorms. max_aspect_ratio_id = len(supported_aspect_ratios).
+    Splits follow SGLang's tower (ColumnParallelConv2dPatch, VisionAttention, Column/RowParallel MLP)."""
+    h, inter = v.need_int("hidden_size"), v.need_int("intermediate_size")
+    heads = v.need_int("attention_heads", "num_attention_heads")
+    patch, image, ch = v.need_int("patch_size"), v.need_int("image_size"), v.need_int("num_channels")
+    tiles = v.need_int("max_num_tiles")
+    if not heads or not patch:
+        raise ConfigError(f"{v.where}: attention_heads and patch_size must be positive")
+    ratios = v.raw.get("supported_aspect_ratios")
+    if ratios is None:
+        if tiles != 4:  # MllamaVisionConfig.validate_architecture
+            raise ConfigError(f"{v.where}: max_num_tiles {tiles} needs supported_aspect_ratios (transformers' default "
+                              "list is for 4 tiles and its config class refuses another count without one)")
+        ratios = MLLAMA_ASPECT_RATIOS
+    if (not isinstance(ratios, list) or not ratios
+            or not all(isinstance(r, list) and len(r) == 2 for r in ratios)):
+        raise ConfigError(f"{v.where}.supported_aspect_ratios must be a list of [width, height] tile counts, found "
+                          f"{base.brief(ratios)}")
+    ids = len(ratios) + 1
+    patches = (image // patch) ** 2 + 1
+    qk = heads * (h // heads)
+    parts = [*_lin("patch_embedding._linear", ch * patch * patch, h, bias=False),
+             WeightPart("class_embedding", (h,), "other", V),
+             WeightPart("gated_positional_embedding.embedding", (patches, h), "other", V),
+             WeightPart("gated_positional_embedding.gate", (1,), "other", V),
+             WeightPart("gated_positional_embedding.tile_embedding", (ids, tiles * patches * h), "other", V)]
+    for name in ("pre_tile_positional_embedding", "post_tile_positional_embedding"):
+        parts += [WeightPart(f"{name}.embedding", (ids, tiles * h), "other", V),
+                  WeightPart(f"{name}.gate", (1,), "other", V)]
+    parts += _ln("layernorm_pre", h) + _ln("layernorm_post", h)
+    for gated in [False] * v.need_int("num_hidden_layers") + [True] * v.need_int("num_global_layers"):
+        parts += _lin("self_attn.q_proj", h, qk, bias=False) + _lin("self_attn.k_proj", h, qk, bias=False)
+        parts += _lin("self_attn.v_proj", h, qk, bias=False) + _row("self_attn.o_proj", qk, h, bias=False)
+        parts += _lin("mlp.fc1", h, inter) + _row("mlp.fc2", inter, h)
+        parts += _ln("input_layernorm", h) + _ln("post_attention_layernorm", h)
+        if gated:
+            parts += [WeightPart("gate_attn", (1,), "other", V), WeightPart("gate_ffn", (1,), "other", V)]
+    return parts
+
+
+def mllama_projector(v: Cfg, text_hidden: int, top: Cfg) -> list[WeightPart]:
+    """MllamaModel.multi_modal_projector: Linear(vision_output_dim, text hidden, bias=True); SGLang builds it as a
+    plain nn.Linear (whole on every GPU)."""
+    return _lin("multi_modal_projector", v.need_int("vision_output_dim"), text_hidden, split="replicated")
+
+
+# MllamaVisionConfig.__post_init__'s supported_aspect_ratios for max_num_tiles 4
+MLLAMA_ASPECT_RATIOS = [[1, 1], [1, 2], [1, 3], [1, 4], [2, 1], [2, 2], [3, 1], [4, 1]]
+
+
 VISION_TOWERS = {
     "siglip_vision_model": siglip,
     "qwen3_vl": qwen3_vl,
@@ -159,9 +215,14 @@ VISION_TOWERS = {
     "qwen3_vl_moe": qwen3_vl,  # Qwen3-VL-MoE (30B-A3B, 235B-A22B): the same tower
     "llama4_vision_model": llama4_vision,
     "gemma4_vision": gemma4_vision,
+    "mllama_vision_model": mllama_vision,
 }
 # transformers config-class defaults of the towers whose configs may be sparse (Gemma4VisionConfig)
 TOWER_DEFAULTS: dict[str, dict[str, object]] = {
+    # MllamaVisionConfig (transformers 5.24); num_attention_heads is its attribute_map name for attention_heads
+    "mllama_vision_model": {"hidden_size": 1280, "num_hidden_layers": 32, "num_global_layers": 8,
+                            "attention_heads": 16, "num_channels": 3, "intermediate_size": 5120,
+                            "vision_output_dim": 7680, "image_size": 448, "patch_size": 14, "max_num_tiles": 4},
     "gemma4_vision": {"hidden_size": 768, "intermediate_size": 3072, "num_hidden_layers": 16,
                       "num_attention_heads": 12, "num_key_value_heads": 12, "head_dim": 64, "patch_size": 16,
                       "position_embedding_size": 10_240},
@@ -239,6 +300,7 @@ PROJECTORS = {
                                                                 v.need_int("hidden_size"), th),
     "Gemma3ForConditionalGeneration": lambda v, th, top: gemma3_projector(v, th),
     "Llama4ForConditionalGeneration": llama4_projector,
+    "MllamaForConditionalGeneration": mllama_projector,
     "Qwen3VLForConditionalGeneration": lambda v, th, top: [],  # the merger is part of the tower
     "Qwen3_5ForConditionalGeneration": lambda v, th, top: [],
     "Qwen3_5MoeForConditionalGeneration": lambda v, th, top: [],

@@ -300,10 +300,16 @@ class Prepared(layout.StagedLayout):
                 "n_seq_max": batch, "flags": f"-np {batch} -c {batch * ctx}"}
 
 
-# Families llama.cpp has no architecture for (src/llama-arch.cpp LLM_ARCH_NAMES of the builds read): refused rather
-# than sized by the generic recurrent + attention rows
-REFUSED_FAMILIES = {"zamba2": "llama.cpp (b11434) has no zamba2 architecture (its hybrids: jamba, falcon-h1, "
-                              "granitehybrid, nemotron_h; ggml-org/llama.cpp pull request 21412 proposing Zamba2 was open when read)"}
+# Families llama.cpp has no architecture for (src/llama-arch.cpp LLM_ARCH_NAMES, convert_hf_to_gguf.py /
+# conversion/ of b11434): refused rather than sized by the generic recurrent + attention rows
+REFUSED_FAMILIES = {
+    "zamba2": "llama.cpp (b11434) has no zamba2 architecture (its hybrids: jamba, falcon-h1, granitehybrid, "
+              "nemotron_h; ggml-org/llama.cpp pull request 21412 proposing Zamba2 was open when read)",
+    "mllama": "llama.cpp has no mllama architecture (b11434: none in src/llama-arch.cpp, and its converter "
+              "takes no MllamaForConditionalGeneration)",
+}
+
+
 def _check_swa_layers(spec: ModelSpec) -> None:
     """Families whose GGUF conversion fixes the sliding layers whatever config.json says (b11434):
     * cohere2: conversion/command_r.py Cohere2Model writes sliding_window but no pattern; src/models/cohere2.cpp

@@ -73,6 +73,8 @@ class TokenPool:
     fixed: bool = False
 
     def tokens(self, c: FullAttention, ctx: int, p: "Prepared") -> int:
+        if p.encoder_tokens:  # the request's vision tokens sit in the same pool as its text (Prepared.encoder_tokens)
+            return ctx + p.encoder_tokens
         if self.fixed:
             return c.span
         if self.pool == "swa" and p.hybrid_swa:
@@ -258,6 +260,9 @@ class Prepared(layout.StagedLayout):
     assumptions: tuple[str, ...]
     max_total_tokens: int | None = None
     dsa_plain_fp8: bool = False  # a DSA latent in fp8 is stored plain (576 B), not as the 656 B record
+    # Encoder tokens a request keeps in the shared token pool (ENCODER_IN_POOL): every pooled layer, self- and
+    # cross-attention alike, holds ctx + encoder_tokens rows per request; 0 for every other model
+    encoder_tokens: int = 0
 
     @property
     def label(self) -> str:
@@ -271,8 +276,10 @@ class Prepared(layout.StagedLayout):
         return sum(self._token_bytes(c) for _, c in self.stages[stage] if _pooled(c))
 
     def has_fixed_state(self) -> bool:
-        """Cross-attention K/V or Mamba slots: a fixed cost per request beside the token pool."""
-        return any(getattr(_rule(c), "fixed", False) for st in self.stages for _, c in st)
+        """Cross-attention K/V or Mamba slots: a fixed cost per request beside the token pool (not the encoder
+        tokens of ENCODER_IN_POOL models, which are pool rows)."""
+        return any(getattr(_rule(c), "fixed", False) and not (self.encoder_tokens and isinstance(c, CrossAttention))
+                   for st in self.stages for _, c in st)
 
     def groups_of(self, ctx: int, batch: int, stage: int) -> list[PlanGroup]:
         out = []
@@ -286,6 +293,16 @@ class Prepared(layout.StagedLayout):
     def details(self, ctx: int, batch: int, stage: int) -> dict[str, Any]:
         return {"page_size": self.page, "cell_size": self.cell_size(stage)}
 
+
+# configs/model_config.py is_encoder_decoder_model (0.5.10): of these, kvplan sizes Llama-3.2-Vision. Its request's
+# input ids are the image's pad tokens followed by the text (models/mllama.py pad_input_ids: images x tiles x
+# num_patches of them, tiles = the processor's padded max_num_tiles); prepare_for_extend allocates pool slots for
+# all of them and managers/schedule_batch.py prepare_encoder_info_extend hands the first encoder_len slots to the
+# cross-attention layers (encoder_out_cache_loc) and the rest to the text; decode writes at encoder_len + seq_len
+# (mem_cache/common.py alloc_for_decode). The pool is one MHATokenToKVPool of every decoder layer
+# (num_effective_layers = num_hidden_layers, cell_size over all of them), so each of those slots costs every layer's
+# K/V: a request holds ctx + encoder_len rows in self- and cross-attention layers alike.
+ENCODER_IN_POOL = frozenset({"MllamaForConditionalGeneration"})
 
 # Families SGLang 0.5.10 has no model for (srt/models); granitemoehybrid is there (configs/granitemoehybrid.py:
 # Mamba2CacheParams of the mamba layers, the same Mamba2StateShape as Nemotron-H's)
@@ -335,9 +352,16 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     state = (kvd.state or model_dt, kvd.state or dtypes.KV_DTYPES["fp32"])
     if any(issubclass(k, RecurrentState) for k in kinds):
         notes.append(f"Mamba state per request: conv kernel-1 in {state[0].name}, SSM in {state[1].name}")
+    encoder_tokens = 0
+    if spec.architecture in ENCODER_IN_POOL:
+        encoder_tokens = max((c.encoder_len for _, c in spec.caches if isinstance(c, CrossAttention)), default=0)
+        notes.append(f"SGLang keeps a request's {encoder_tokens:,} vision tokens in the token pool beside its text "
+                     "(models/mllama.py pad_input_ids, schedule_batch.py prepare_encoder_info_extend): every layer, "
+                     f"self- and cross-attention, holds ctx + {encoder_tokens:,} rows per request, and the padded "
+                     "prompt counts against --context-length")
     cap = opts.get("max_total_tokens")
     return Prepared(selected, spec, layout.stages(spec, pp), kvd, page, tp, pp, hybrid_swa, state, tuple(notes),
-                    int(cap) if cap else None, plain_fp8)
+                    int(cap) if cap else None, plain_fp8, encoder_tokens)
 
 
 def default_mem_fraction(gpu_mib: int | None, tp: int, pp: int, rules: Rules, mla: bool) -> float:
@@ -428,7 +452,7 @@ def max_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
     if prepared.has_fixed_state():
         # fixed-size per-request state (Mamba slots, cross K/V): charge whole requests against the budget
         return base.max_batch_by_bytes(prepared.stage_bytes, budgets, ctx)
-    per = base.pad_to(ctx, prepared.page)
+    per = base.pad_to(ctx + prepared.encoder_tokens, prepared.page)
     return _token_pool(prepared, budgets) // per if per else 0
 
 
@@ -466,5 +490,6 @@ def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], 
     cap = min(int(user), est) if user else min(est, n // 2)  # _resolve_max_num_reqs
     start = n > 0
     message = None if start else "Not enough memory. Please try to increase --mem-fraction-static. (SGLang refuses to start)"
-    return base.Capacity(max_batch(prepared, ctx, budgets), n, round(n / ctx, 2) if ctx else None, cap, start, message,
+    held = ctx + prepared.encoder_tokens
+    return base.Capacity(max_batch(prepared, ctx, budgets), n, round(n / held, 2) if ctx else None, cap, start, message,
                          None, {"max_total_num_tokens": n, "page_size": prepared.page, "context_len": context_len})

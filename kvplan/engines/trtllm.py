@@ -211,6 +211,12 @@ REFUSED_FAMILIES = {
                "tensorrt_llm/_torch/models)",
     "zamba2": "TensorRT-LLM has no Zamba2 model (no _torch/models/modeling_zamba2.py, no "
               "tensorrt_llm/models/zamba2)",
+    # Llama-3.2-Vision: the PyTorch backend's _torch/models/modeling_mllama.py builds the cross-attention layers as
+    # None ("TODO: Cross-attention decoder layer impl.") and runs text only (skip_cross_attention); the TensorRT-engine
+    # flow (models/mllama, enc-dec cross KV pools) is not read here
+    "mllama": "not modelled: TensorRT-LLM's PyTorch backend runs Llama-3.2-Vision text-only (its cross-attention "
+              "layers are not built: _torch/models/modeling_mllama.py), and kvplan has not read its TensorRT-engine "
+              "flow (models/mllama)",
 }
 
 

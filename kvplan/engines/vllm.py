@@ -865,11 +865,31 @@ def _plan_groups(s: StageLayout, ctx: int, batch: int, inflight: int, kvd: KVDty
 REMOVED_FAMILIES = {"bamba": ("BambaForCausalLM", "0.23")}
 # model classes without SupportsPP (vLLM refuses --pipeline-parallel-size > 1 for them at start-up)
 NO_PIPELINE_FAMILIES = {"zamba2": "models/zamba2.py Zamba2ForCausalLM does not implement SupportsPP"}
+# Families vLLM only ever ran on its V0 engine, and the last release that had them (registry.py
+# _PREVIOUSLY_SUPPORTED_MODELS: "supported in vLLM until v<version>"). Llama-3.2-Vision: models/mllama.py declared
+# SupportsV0Only up to its removal with V0's encoder-decoder runner (vLLM PR #24907, Sep 2025), and
+# engine/arg_utils.py _is_v1_supported_oracle sent such models to V0; kvplan's rule sets model V1 only.
+V0_ONLY_FAMILIES = {"mllama": ("MllamaForConditionalGeneration", "0.10.2")}
+
+
+def _refuse_v0_only(spec: ModelSpec, selected: Selected[Rules]) -> None:
+    if spec.family not in V0_ONLY_FAMILIES:
+        return
+    arch, last = V0_ONLY_FAMILIES[spec.family]
+    asked = selected.requested or selected.version
+    if version_key(asked) > version_key(last):
+        raise layout.UnsupportedKind(f"vLLM {asked} does not load {arch}: supported until v{last}, then removed with "
+                                     "V0's encoder-decoder support (model_executor/models/registry.py "
+                                     "_PREVIOUSLY_SUPPORTED_MODELS)")
+    raise layout.UnsupportedKind(f"vLLM {asked} runs {arch} on its V0 engine only (models/mllama.py SupportsV0Only; "
+                                 "engine/arg_utils.py falls back to V0), whose cache kvplan does not model (its rules "
+                                 "are V1's)")
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
     rules = selected.rules
+    _refuse_v0_only(spec, selected)
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     dropped = REMOVED_FAMILIES.get(spec.family)
     if dropped and version_key(selected.version) >= version_key(dropped[1]):

@@ -240,12 +240,34 @@ def _inputs(model: Any, batch: int, ctx: int, encoder_len: int | None, device: s
         g = torch.Generator().manual_seed(0)
         return torch.randint(0, min(vocab, 1000), (batch, n), generator=g).to(device)
 
+    if cfg.model_type == "mllama":
+        return _mllama_inputs(cfg, ids(ctx), batch, ctx, encoder_len, model.dtype, device)
     if not getattr(cfg, "is_encoder_decoder", False):
         return {"input_ids": ids(ctx)}
     if cfg.model_type == "whisper":
         feats = torch.zeros((batch, cfg.num_mel_bins, 2 * cfg.max_source_positions), dtype=model.dtype, device=device)
         return {"input_features": feats, "decoder_input_ids": ids(ctx)}
     return {"input_ids": ids(encoder_len or getattr(cfg, "n_positions", None) or 512), "decoder_input_ids": ids(ctx)}
+
+
+def _mllama_inputs(cfg: Any, ids: Any, batch: int, ctx: int, encoder_len: int | None, dtype: Any, device: str
+                   ) -> dict[str, Any]:
+    """Llama-3.2-Vision: its cross-attention layers cache only when images are given, so the forward gets as many
+    images of max_num_tiles (unmasked) tiles as the planned vision positions hold (encoder_len / (tiles x
+    ((image_size // patch_size)^2 + 1)), at least one), each visible to every text token."""
+    import torch
+
+    v = cfg.vision_config
+    tiles, size = v.max_num_tiles, v.image_size
+    per_image = tiles * ((size // v.patch_size) ** 2 + 1)
+    images = max(1, (encoder_len or per_image) // per_image)
+    return {
+        "input_ids": ids,
+        "pixel_values": torch.zeros((batch, images, tiles, v.num_channels, size, size), dtype=dtype, device=device),
+        "aspect_ratio_ids": torch.ones((batch, images), dtype=torch.long, device=device),
+        "aspect_ratio_mask": torch.ones((batch, images, tiles), dtype=torch.long, device=device),
+        "cross_attention_mask": torch.ones((batch, ctx, images, tiles), dtype=torch.long, device=device),
+    }
 
 
 def _text_forward(model: Any, inputs: dict[str, Any]) -> Any:
@@ -477,8 +499,9 @@ def _shape_key(shape: tuple[int, ...], dtype: str) -> str:
 def compare(plan: Any, layers: list[LayerCacheBytes], extra: int, device: str, cls: str) -> ModelRun:
     groups: list[GroupCompare] = []
     claimed: set[tuple[bool, int, str]] = set()
+    separate_cross = any(lc.cross for lc in layers)  # EncoderDecoderCache; Mllama keeps cross layers in its one cache
     for g in plan.groups:
-        cross = g.kind == "cross"
+        cross = g.kind == "cross" and separate_cross
         ids = set(g.layer_ids)
         # a DSA layer holds two caches: its indexer keys belong to the indexer group, the rest to the latent's
         mine = [(lc.index, t) for lc in layers if lc.cross == cross and lc.index in ids for t in lc.tensors
