@@ -127,8 +127,9 @@ def test_rope_table_only_for_rope_granite(tmp_path):
 
 
 @pytest.mark.parametrize("engine, family, says", [
-    # vLLM dropped BambaForCausalLM in 0.23 (model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS)
-    ("vllm@0.32", "bamba", "removed in vLLM 0.23"),
+    # vLLM 0.32's registry.py _PREVIOUSLY_SUPPORTED_MODELS: BambaForCausalLM "supported in vLLM until v0.23.0"
+    ("vllm@0.32", "bamba", "supported until v0.23.0"),
+    ("vllm@0.24", "bamba", "supported until v0.23.0"),
     ("sglang", "bamba", "no BambaForCausalLM"),
     ("trtllm", "bamba", "not modelled"),
     ("trtllm", "granite", "not modelled"),
@@ -140,7 +141,7 @@ def test_engines_without_the_family_refuse_in_one_line(tmp_path, engine, family,
 
 
 def test_engines_that_run_them_size_them(tmp_path):
-    for engine in ("vllm@0.22", "hf", "llamacpp"):
+    for engine in ("vllm@0.22", "vllm@0.23", "hf", "llamacpp"):
         assert kvjson("size", write_config(tmp_path, "b", bamba()), "--engine", engine, "--ctx", "1024")["kv_bytes"] > 0
     for engine in ("vllm", "sglang", "hf", "llamacpp"):
         assert kvjson("size", write_config(tmp_path, "g", granite()), "--engine", engine, "--ctx", "1024")["kv_bytes"] > 0

@@ -861,8 +861,9 @@ def _plan_groups(s: StageLayout, ctx: int, batch: int, inflight: int, kvd: KVDty
 
 
 # model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS: families kvplan models whose architecture vLLM
-# stopped loading, and the release that dropped it (the older falcon / mpt removals are not applied here yet)
-REMOVED_FAMILIES = {"bamba": ("BambaForCausalLM", "0.23")}
+# stopped loading, and the last release that loaded it ("supported in vLLM until v<version>"; the older falcon / mpt
+# removals are not applied here yet)
+REMOVED_FAMILIES = {"bamba": ("BambaForCausalLM", "0.23.0")}
 # model classes without SupportsPP (vLLM refuses --pipeline-parallel-size > 1 for them at start-up)
 NO_PIPELINE_FAMILIES = {"zamba2": "models/zamba2.py Zamba2ForCausalLM does not implement SupportsPP"}
 # Families vLLM only ever ran on its V0 engine, and the last release that had them (registry.py
@@ -892,10 +893,11 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     _refuse_v0_only(spec, selected)
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     dropped = REMOVED_FAMILIES.get(spec.family)
-    if dropped and version_key(selected.version) >= version_key(dropped[1]):
-        raise layout.UnsupportedKind(f"vLLM {selected.version} does not load {dropped[0]}: removed in vLLM "
-                                     f"{dropped[1]} (model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS); "
-                                     f"use --engine vllm@0.22 or earlier, or another engine")
+    asked = selected.requested or selected.version
+    if dropped and version_key(asked) > version_key(dropped[1]):
+        raise layout.UnsupportedKind(f"vLLM {asked} does not load {dropped[0]}: supported until v{dropped[1]}, then "
+                                     "removed (model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS); use "
+                                     f"--engine vllm@{dropped[1]} or earlier, or another engine")
     if pp > 1 and spec.family in NO_PIPELINE_FAMILIES:
         raise layout.UnsupportedKind(f"vLLM cannot split this {spec.family} model into pipeline stages: "
                                      f"{NO_PIPELINE_FAMILIES[spec.family]}")
