@@ -272,7 +272,7 @@ def fit(
     state_dtype: StateDtype = None, weight_dtype: WeightDtype = None,
     tp: Annotated[Optional[str], typer.Option("--tp", "--tensor-parallel-size", metavar="N", help="tensor-parallel GPUs (default: all GPUs of NxGPU)", rich_help_panel="Engine and layout")] = None,
     pp: Annotated[Optional[str], typer.Option("--pp", "--pipeline-parallel-size", metavar="N", help="pipeline-parallel stages", rich_help_panel="Engine and layout")] = None,
-    mmproj: Mmproj = None,
+    mmproj: Mmproj = None, encoder_len: EncoderLen = None,
     kv_budget: Annotated[Optional[str], typer.Option("--kv-budget", metavar="SIZE", help="KV memory per GPU the engine reported (skips the budget model), e.g. 5.01GiB", rich_help_panel="Budget")] = None,
     reserve: Annotated[Optional[str], typer.Option("--reserve", metavar="SIZE", help="non-KV, non-weight memory per GPU (replaces the estimate), e.g. 1.5GiB", rich_help_panel="Budget")] = None,
     headroom: Annotated[Optional[str], typer.Option("--headroom", metavar="FRACTION", help="share of the KV budget held back before solving, e.g. 10%", rich_help_panel="Budget")] = None,
@@ -310,8 +310,11 @@ def fit(
                        context_length=context_length, free_gpu_memory_fraction=free_gpu_memory_fraction,
                        max_tokens=max_tokens, max_batch_size=max_batch_size),
     )
+    if encoder_len and not model:
+        raise InputError("--encoder-len sizes one model's cross attention; give the model (MODEL or --model), the "
+                         "catalog holds models without it")
     mo = _options(model or "", revision=revision, offline=offline, refresh=refresh, hub=hub, token=token, timeout=timeout,
-                  encoder_len=None, mmproj=mmproj)
+                  encoder_len=encoder_len, mmproj=mmproj)
     eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=k_dtype, v_dtype=v_dtype, state_dtype=state_dtype,
                          weight_dtype=weight_dtype, tp="1", pp="1", knobs=knobs)
     report = planner.fit(

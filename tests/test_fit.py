@@ -140,3 +140,23 @@ def test_the_concurrency_row_names_the_length_it_is_for(monkeypatch):
     assert f"concurrency {r['concurrency']:.2f}x at max_model_len {mml:,}" in text
     same = run_cli("fit", "--gpu", "24GB", "--model", "llama-3.1-8b", "--ctx", "131072").out
     assert "concurrency" in same and "at max_model_len" not in same
+
+
+def test_fit_takes_the_encoder_length_of_one_cross_attention_model():
+    """--encoder-len reaches fit as it reaches size: transformers keeps cross K/V over every encoder position, so
+    Whisper's 1,500 -> 3,000 positions cost 1,024 B x 32 layers x 2 x 1,500 more per request (fp16)."""
+    args = ("fit", "whisper-large-v3", "--gpu", "L4", "--engine", "hf", "--kv-budget", "10GiB", "--ctx", "448")
+    default = kvjson(*args)["results"][0]
+    longer = kvjson(*args, "--encoder-len", "3000")["results"][0]
+    per_request = size_kv("whisper-large-v3", 448, 1500), size_kv("whisper-large-v3", 448, 3000)
+    assert per_request[1] - per_request[0] == 1500 * 2 * 32 * 1280 * 2
+    # fit holds back transformers' activation peak too, so each batch stays at or below the cache-only quotient
+    assert 0 < longer["max_batch"] < default["max_batch"] <= (10 << 30) // per_request[0]
+    assert longer["max_batch"] <= (10 << 30) // per_request[1] < default["max_batch"]
+    catalog = run_cli("fit", "--gpu", "L4", "--encoder-len", "3000")
+    assert catalog.code == 2 and "--encoder-len" in catalog.err
+
+
+def size_kv(model: str, ctx: int, encoder_len: int) -> int:
+    return kvjson("size", model, "--engine", "hf", "--kv-dtype", "fp16", "--ctx", str(ctx),
+                  "--encoder-len", str(encoder_len))["kv_bytes"]
