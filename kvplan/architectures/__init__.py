@@ -71,7 +71,9 @@ FAMILIES: tuple[Family, ...] = (
 )
 DEFAULT = Family("decoder", lambda top, text: True, decoder.build)
 ENCODER_DECODER = {"t5": (encdec.t5, ("n_positions",)), "mt5": (encdec.t5, ("n_positions",)),
-                   "whisper": (encdec.whisper, ("max_target_positions",))}
+                   "whisper": (encdec.whisper, ("max_target_positions",)),
+                   "bart": (encdec.bart, ("max_position_embeddings",)),
+                   "mbart": (encdec.bart, ("max_position_embeddings",))}
 
 
 def text_view(top: Cfg) -> Cfg:

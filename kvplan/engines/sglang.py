@@ -286,7 +286,13 @@ class Prepared(layout.StagedLayout):
 
 # Families SGLang 0.5.10 has no model for (srt/models); granitemoehybrid is there (configs/granitemoehybrid.py:
 # Mamba2CacheParams of the mamba layers, the same Mamba2StateShape as Nemotron-H's)
-REFUSED_FAMILIES = {"bamba": "SGLang 0.5.10 has no BambaForCausalLM (srt/models)"}
+# SGLang 0.5.10 has no T5 / BART model file (srt/models) and configs/model_config.py is_encoder_decoder_model lists
+# only WhisperForConditionalGeneration and MllamaForConditionalGeneration
+_ENC_DEC = ("SGLang (0.5.10 read) has no {} model: srt/models has none, and configs/model_config.py "
+            "is_encoder_decoder_model knows only Whisper and Mllama")
+REFUSED_FAMILIES = {"bamba": "SGLang 0.5.10 has no BambaForCausalLM (srt/models)",
+                    **dict.fromkeys(("t5", "mt5"), _ENC_DEC.format("T5 / mT5")),
+                    **dict.fromkeys(("bart", "mbart"), _ENC_DEC.format("BART / mBART"))}
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],

@@ -859,11 +859,26 @@ def _plan_groups(s: StageLayout, ctx: int, batch: int, inflight: int, kvd: KVDty
 # model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS: families kvplan models whose architecture vLLM
 # stopped loading, and the release that dropped it (the older falcon / mpt removals are not applied here yet)
 REMOVED_FAMILIES = {"bamba": ("BambaForCausalLM", "0.23")}
+# Encoder-decoders other than Whisper have no model on vLLM's V1 engine, the only one kvplan lays out (every rule set
+# here): BART / mBART ran on V0 alone and left with it ("Remove V0 Encoder-Decoder Support", PR #24907, Sept 2025);
+# 0.32's model_executor/models/registry.py sends BartForConditionalGeneration / MBartForConditionalGeneration to
+# the out-of-tree vllm-project/bart-plugin (_OOT_SUPPORTED_MODELS), whose cache kvplan has not read. T5 /
+# MT5ForConditionalGeneration are in no registry; the Transformers backend treats a model with encoder layers as
+# encoder-only (models/transformers/base.py _get_attn_cls) and the CPU build fails on T5 ("Argument position_ids
+# not found in the forward method of T5Stack", tests/test_engine_vllm.py).
+_T5 = ("vLLM has no T5 model: T5ForConditionalGeneration / MT5ForConditionalGeneration are in no registry "
+       "(0.32 model_executor/models/registry.py) and its Transformers backend runs a model with encoder layers as "
+       "encoder-only; use --engine hf, llamacpp")
+_BART = ("vLLM's V1 engine has no BART: BART / mBART ran on V0 only and were removed with it (PR #24907, 0.11); 0.32's "
+         "registry.py _OOT_SUPPORTED_MODELS points them to the vllm-project/bart-plugin, whose cache kvplan has not "
+         "read; use --engine hf")
+REFUSED_FAMILIES = {"t5": _T5, "mt5": _T5, "bart": _BART, "mbart": _BART}
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
     rules = selected.rules
+    layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     dropped = REMOVED_FAMILIES.get(spec.family)
     if dropped and version_key(selected.version) >= version_key(dropped[1]):
