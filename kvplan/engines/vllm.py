@@ -864,14 +864,16 @@ REMOVED_FAMILIES = {"bamba": ("BambaForCausalLM", "0.23")}
 # 0.32's model_executor/models/registry.py sends BartForConditionalGeneration / MBartForConditionalGeneration to
 # the out-of-tree vllm-project/bart-plugin (_OOT_SUPPORTED_MODELS), whose cache kvplan has not read. T5 /
 # MT5ForConditionalGeneration are in no registry; the Transformers backend treats a model with encoder layers as
-# encoder-only (models/transformers/base.py _get_attn_cls) and the CPU build fails on T5 ("Argument position_ids
-# not found in the forward method of T5Stack", tests/test_engine_vllm.py).
+# encoder-only (models/transformers/base.py _get_attn_cls). The CPU build falls back to that backend for both and
+# fails ("Argument position_ids not found in the forward method of T5Stack" / "... of BartDecoder",
+# tests/test_engine_vllm.py cases t5 and bart).
 _T5 = ("vLLM has no T5 model: T5ForConditionalGeneration / MT5ForConditionalGeneration are in no registry "
        "(0.32 model_executor/models/registry.py) and its Transformers backend runs a model with encoder layers as "
        "encoder-only; use --engine hf, llamacpp")
 _BART = ("vLLM's V1 engine has no BART: BART / mBART ran on V0 only and were removed with it (PR #24907, 0.11); 0.32's "
          "registry.py _OOT_SUPPORTED_MODELS points them to the vllm-project/bart-plugin, whose cache kvplan has not "
-         "read; use --engine hf")
+         "read, and its Transformers-backend fallback fails on them (the CPU build: no position_ids in "
+         "BartDecoder.forward); use --engine hf")
 REFUSED_FAMILIES = {"t5": _T5, "mt5": _T5, "bart": _BART, "mbart": _BART}
 
 
