@@ -49,7 +49,7 @@ DATA = Path(__file__).resolve().parent / "data" / "llamacpp-oracle"
 # ---------------------------------------------------------------------------------------------- the install
 # finding, running and parsing llama.cpp live in the package (kvplan verify --run llamacpp uses them too)
 from kvplan.verify.llamacpp_run import (  # noqa: E402
-    ATTEMPTS, BIN_ENV, PIN, TOOL, Install, KVLine, LlamaCppMissing, Printed, RSLine, complete, find_install, first_error,
+    ATTEMPTS, BIN_ENV, COMPLETION, PIN, TOOL, Install, KVLine, LlamaCppMissing, Printed, RSLine, complete, find_install, first_error,
     parse, printed_mib, run)
 
 
@@ -575,6 +575,33 @@ def t_gemma4(m: Model) -> list:
         if i < own:
             out += [(b + "attn_k.weight", (e, d * kv)), (b + "attn_v.weight", (e, d * kv)),
                     (b + "attn_k_norm.weight", (d,))]
+def t_t5(m: Model) -> list:
+    """src/models/t5.cpp load_arch_tensors: enc.blk.* (self-attention, gated FFN) for block_count layers, dec.blk.*
+    (self- and cross-attention, gated FFN) for decoder_block_count; the relative-position bias on layer 0 only, as
+    the converter writes it (the others are TENSOR_NOT_REQUIRED); an untied output (Flan-T5 / mT5)."""
+    e, ff = m.hp["embedding_length"], m.hp["feed_forward_length"]
+    h, dk, dv = m.hp["attention.head_count"], m.hp["attention.key_length"], m.hp["attention.value_length"]
+    buckets = m.hp["attention.relative_buckets_count"]
+
+    def attn(b: str) -> list:
+        return [(b + "_q.weight", (e, h * dk)), (b + "_k.weight", (e, h * dk)), (b + "_v.weight", (e, h * dv)),
+                (b + "_o.weight", (h * dv, e))]
+
+    def ffn(b: str) -> list:
+        return [(b + "ffn_norm.weight", (e,)), (b + "ffn_gate.weight", (e, ff)), (b + "ffn_down.weight", (ff, e)),
+                (b + "ffn_up.weight", (e, ff))]
+
+    out = [("token_embd.weight", (e, VOCAB)), ("enc.output_norm.weight", (e,)), ("dec.output_norm.weight", (e,)),
+           ("output.weight", (e, VOCAB))]
+    for i in range(m.hp["block_count"]):
+        b = f"enc.blk.{i}."
+        out += [(b + "attn_norm.weight", (e,)), *attn(b + "attn"), *ffn(b)]
+        out += [(b + "attn_rel_b.weight", (h, buckets))] if i == 0 else []
+    for i in range(m.hp.get("decoder_block_count", m.hp["block_count"])):
+        b = f"dec.blk.{i}."
+        out += [(b + "attn_norm.weight", (e,)), *attn(b + "attn"), (b + "cross_attn_norm.weight", (e,)),
+                *attn(b + "cross_attn"), *ffn(b)]
+        out += [(b + "attn_rel_b.weight", (h, buckets))] if i == 0 else []
     return out
 
 
@@ -827,6 +854,22 @@ MODELS: dict[str, Model] = {m.name: m for m in (
        attention__sliding_window=512,
        attention__sliding_window_pattern=[True, True, True, True, False, True, True, False],
        attention__shared_kv_layers=3, embedding_length_per_layer_input=0),
+    # Flan-T5-base (as conversion/t5.py writes it: block_count = num_layers, decoder_block_count, head_count 12,
+    # key/value_length d_kv 64, context_length n_positions 512, 32 relative buckets), 4 + 4 of its 12 + 12 layers
+    _m("t5", "t5", "flan-t5-base (12 heads x 64; cache = encoder blocks)", t_t5, block_count=4, decoder_block_count=4,
+       embedding_length=64, feed_forward_length=64, attention__head_count=12, attention__key_length=64,
+       attention__value_length=64, attention__relative_buckets_count=32, context_length=512,
+       decoder_start_token_id=0),
+    # a deeper encoder (t5-efficient-*-dl2's kind): llama.cpp's cache follows block_count, not the decoder
+    _m("t5-deep-encoder", "t5", "T5 with 4 encoder / 2 decoder blocks", t_t5, block_count=4, decoder_block_count=2,
+       embedding_length=64, feed_forward_length=64, attention__head_count=8, attention__key_length=64,
+       attention__value_length=64, attention__relative_buckets_count=32, context_length=512,
+       decoder_start_token_id=0),
+    # a deeper decoder: more decoder layers than cache layers
+    _m("t5-deep-decoder", "t5", "T5 with 2 encoder / 4 decoder blocks", t_t5, block_count=2, decoder_block_count=4,
+       embedding_length=64, feed_forward_length=64, attention__head_count=8, attention__key_length=64,
+       attention__value_length=64, attention__relative_buckets_count=32, context_length=512,
+       decoder_start_token_id=0),
 )}
 
 
@@ -848,10 +891,13 @@ class Case:
     refuses: bool = False  # llama.cpp's CPU build refuses this (expected skip with its own error text)
     xfail: str | None = None  # kvplan disagrees: the cause, with the llama.cpp file:function
     compute: bool = False  # record the compute buffer / fit projection of this case in the data file
+    completion: bool = False  # run llama-completion (one sequence; an encoder-decoder needs its llama_encode)
 
     def llama_args(self) -> list[str]:
-        """Flags of llama-batched-bench (-npl B = n_seq_max B, what llama-server's -np B sets)."""
-        a = ["-c", str(self.batch * self.ctx), "-npl", str(self.batch)]
+        """Flags of llama-batched-bench (-npl B = n_seq_max B, what llama-server's -np B sets), or of
+        llama-completion (-c C, one sequence)."""
+        assert not (self.completion and (self.batch > 1 or self.kvu)), "llama-completion runs one sequence"
+        a = ["-c", str(self.ctx)] if self.completion else ["-c", str(self.batch * self.ctx), "-npl", str(self.batch)]
         if self.kvu:
             a.append("--kv-unified")
         if self.swa_full:
@@ -1009,6 +1055,15 @@ CASES: list[Case] = [
     Case("gemma4-np2-c3000", "gemma4", 3000, batch=2),
     Case("gemma4-c4096-fa-off", "gemma4", 4096, fa="off"),
     Case("gemma4-shared-c4096", "gemma4-shared", 4096),
+    # T5 (Flan-T5 / mT5 GGUFs): llama-completion encodes, then decodes; the cache is the self-attention K/V of
+    # block_count (encoder) layers; cross K/V are not cached
+    Case("t5-c512", "t5", 512, completion=True),
+    Case("t5-c1000-q8_0", "t5", 1000, ctk="q8_0", ctv="q8_0", fa="on", completion=True),
+    Case("t5-c700-fa-off", "t5", 700, fa="off", completion=True),
+    Case("t5-deep-encoder-c512", "t5-deep-encoder", 512, completion=True),
+    Case("t5-deep-decoder-c512", "t5-deep-decoder", 512, completion=True, refuses=True),
+    # two sequences in per-slot streams: llama.cpp aborts building T5's graph (kvplan refuses the same)
+    Case("t5-np2-c512", "t5", 512, batch=2, refuses=True),
 ]
 CASE_BY_ID = {c.id: c for c in CASES}
 assert len(CASE_BY_ID) == len(CASES)
@@ -1016,6 +1071,8 @@ assert len(CASE_BY_ID) == len(CASES)
 
 # ---------------------------------------------------------------------------------------------- running, parsing
 def run_case(install: Install, gguf: Path, case: Case, timeout: float = 120) -> Printed:
+    if case.completion:
+        return run(install, gguf, case.llama_args(), timeout, tool=COMPLETION)
     return run(install, gguf, case.llama_args(), timeout)
 
 
@@ -1049,6 +1106,8 @@ def record(out: Path | None = None) -> Path:
             p = run_case(install, gguf, c)
             entry: dict[str, Any] = {"model": c.model, "llama_args": " ".join(c.llama_args()),
                                      "kvplan_args": " ".join(c.kvplan_args())}
+            if c.completion:
+                entry["tool"] = f"{COMPLETION[0]} -m F {' '.join(COMPLETION[1])} -t 1 -fit off -lv 4 <llama_args>"
             if p.rc != 0:
                 entry["error"] = p.error
             else:

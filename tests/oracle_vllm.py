@@ -400,6 +400,12 @@ MODELS: dict[str, Model] = {
                      tokenizer="whisper"),
     "t5": Model("google-t5--t5-large", {"d_model": 256, "num_layers": 2, "num_decoder_layers": 2, "num_heads": 4, "d_kv": 64},
                 "encoder-decoder T5", max_model_len=512),
+    # facebook/bart-large-cnn (tests/data/wild-configs) scaled: 0.32 refuses BartForConditionalGeneration in-tree
+    "bart": Model(None, {}, "encoder-decoder BART (16 heads x 16, learned positions)", max_model_len=128, raw={
+        **json.loads((ROOT / "tests" / "data" / "wild-configs" / "facebook--bart-large-cnn" / "config.json").read_text()),
+        "d_model": 256, "encoder_layers": 2, "num_hidden_layers": 2, "decoder_layers": 2, "encoder_ffn_dim": SCALED_FFN,
+        "decoder_ffn_dim": SCALED_FFN, "vocab_size": SCALED_VOCAB, "max_position_embeddings": 128,
+        "torch_dtype": "bfloat16"}),
     # remote-code families
     "chatglm3-6b": Model("THUDM--chatglm3-6b", {"num_layers": 2, "hidden_size": 256, "num_attention_heads": 2},
                          "remote-code ChatGLMModel (multi_query_group_num 2, head_dim 128)"),

@@ -336,3 +336,50 @@ def test_mllama_11b_parameters_match_the_published_count():
     config = {**MllamaConfig(vision_config={"image_size": 560}).to_dict(),
               "architectures": ["MllamaForConditionalGeneration"]}
     assert normalize(config).params == 10_670_220_835
+
+
+def _encdec_configs():
+    """Scaled copies of the genuine Flan-T5 / mT5 / BART configs (tests/data/wild-configs; tests/test_encdec_families.py
+    ENCDEC_SCALED): the cache geometry kept (heads, d_kv / head_dim, the encoder and decoder layer counts of each
+    kind), widths and vocabulary small; plus an mBART (its final layer_norms) with unequal encoder/decoder heads."""
+    from test_encdec_families import ENCDEC_SCALED
+
+    return [pytest.param(c, id=name) for name, c in ENCDEC_SCALED.items()]
+
+
+@pytest.mark.parametrize("config", _encdec_configs())
+def test_encoder_decoder_cache_equals_a_real_forward(config, tmp_path):
+    """T5ForConditionalGeneration / MT5ForConditionalGeneration / BartForConditionalGeneration /
+    MBartForConditionalGeneration on meta, one forward of [2, ctx] decoder tokens over [2, encoder_len] encoder tokens:
+    the EncoderDecoderCache's self-attention layers [2, heads, ctx, head_dim] and cross-attention layers
+    [2, heads, encoder_len, head_dim] bf16 are kvplan's hf plan, at the default encoder length and a shorter one.
+    The forward runs on the CPU with random weights (the configs are small): BART's decoder builds an all-ones
+    attention mask and the mask code reads it (masking_utils.py _ignore_causal_mask_sdpa), which meta tensors
+    cannot answer."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    for ctx, enc in ((SHORT_CTX, None), (100, 40)):
+        r = size(ModelOptions(str(path), encoder_len=enc), EngineOptions(engine="hf", kv_dtype="bf16"), ctx, batch=2)
+        truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="bfloat16", encoder_len=r.setup.spec.encoder_len,
+                                      device="cpu")
+        assert truth["encoder_len"] == (enc or r.setup.spec.encoder_len)
+        assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"
+
+
+@pytest.mark.parametrize("config", _encdec_configs())
+def test_encoder_decoder_params_equal_transformers(config, tmp_path):
+    """BART / mBART: transformers' parameters on meta plus the persistent final_logits_bias buffer (in the
+    checkpoint); the encoder's share (embed_positions, layernorm_embedding, layers, mBART's layer_norm) apart.
+    T5 / mT5 with tie_word_embeddings false: the meta count ties lm_head (T5Config forces the flag), so the oracle is
+    what from_pretrained builds from a checkpoint holding its own lm_head (tests/test_encdec_families.py)."""
+    from test_encdec_families import loaded_param_count
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    spec = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec
+    truth = oracle.hf_param_counts(config)
+    assert spec.params_of("encoder") == truth["encoder_params"]
+    if config["model_type"] in ("t5", "mt5"):
+        assert spec.params == loaded_param_count(config, tmp_path)
+    else:
+        assert spec.params == truth["params"] + truth["persistent_buffers_numel"]

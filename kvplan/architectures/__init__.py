@@ -78,7 +78,9 @@ DEFAULT = Family("decoder", lambda top, text: True, decoder.build)
 ENCODER_DECODER = {"t5": (encdec.t5, ("n_positions",)), "mt5": (encdec.t5, ("n_positions",)),
                    "whisper": (encdec.whisper, ("max_target_positions",)),
                    # Llama-3.2-Vision: cross-attention layers over the vision tower's output (architectures/mllama.py)
-                   "mllama": (mllama.build, base.HF_MAX_KEYS)}
+                   "mllama": (mllama.build, base.HF_MAX_KEYS),
+                   "bart": (encdec.bart, ("max_position_embeddings",)),
+                   "mbart": (encdec.bart, ("max_position_embeddings",))}
 
 
 def text_view(top: Cfg) -> Cfg:

@@ -140,13 +140,16 @@ ARCHS: dict[str, Arch] = {
     "step35": Arch("step-3.7", swa="array"),
     "mimo2": Arch("mimo-v2-flash", swa="array"),
     "gemma4": Arch("gemma4", swa="array", shared_kv=True),
+    # T5 / Flan-T5 / mT5 (src/models/t5.cpp): llama_kv_cache holds block_count (the ENCODER's layer count) layers of
+    # self-attention K/V, head_count x key_length; cross-attention K/V are recomputed from the encoder output
+    "t5": Arch("t5"),
 }
 
 # Read generically these would be sized wrong (other recurrent states, shared KV, encoder-decoders, encoders).
 NOT_MODELLED = {
     "rwkv6": "RWKV-6 recurrent state", "rwkv6qwen2": "RWKV-6 recurrent state", "rwkv7": "RWKV-7 recurrent state",
     "arwkv7": "RWKV-7 recurrent state",
-    "plamo2": "PLaMo-2 hybrid state", "gemma3n": "Gemma-3n shared KV layers", "t5": "an encoder-decoder", "t5encoder": "an encoder",
+    "plamo2": "PLaMo-2 hybrid state", "gemma3n": "Gemma-3n shared KV layers", "t5encoder": "an encoder",
     "bert": "an encoder", "nomic-bert": "an encoder", "nomic-bert-moe": "an encoder", "jina-bert-v2": "an encoder",
     "jina-bert-v3": "an encoder", "modern-bert": "an encoder", "neo-bert": "an encoder", "eurobert": "an encoder",
     "gemma-embedding": "an embedding encoder", "wavtokenizer-dec": "an audio decoder",
@@ -489,6 +492,13 @@ def from_header(h: GGUFHeader, mmproj: GGUFHeader | None = None) -> ModelSpec:
         max_ctx, src = k.int("context_length"), f"GGUF {arch}.context_length"
     caches, layer_notes = _caches(k, a, n)  # names every missing key at once
     notes += layer_notes
+    if arch == "t5":
+        dec = k.int("decoder_block_count", n)  # load_arch_hparams: dec_n_layer defaults to n_layer
+        if dec > n:
+            raise ConfigError(f"{h.source}: t5.decoder_block_count {dec} exceeds block_count {n}: llama.cpp's KV cache "
+                              "has one layer per encoder block and fails to create the context (b11434)")
+        notes.append(f"T5: {n} cache layers (one per encoder block; the decoder has {dec}); cross-attention K/V are "
+                     "recomputed from the encoder output, not cached")
     if not n:
         raise ConfigError(f"{h.source}: {arch}.block_count is 0: a model without layers")
     weights = tensor_weights(h.tensors)

@@ -188,7 +188,7 @@ FIELDS: dict[str, Rule] = {
               "multi_query_attention", "parallel_attn", "new_decoder_architecture", "no_bias", "rmsnorm",
               "do_layer_norm_before", "_remove_final_layer_norm", "post_layer_norm", "vision_use_head",
               "multi_modal_projector_bias", "use_sliding_window", "enable_bias", "is_encoder_decoder", "no_op",
-              "replace_with_linear"),
+              "replace_with_linear", "is_gated_act"),
     **_fields(_TEXT, "model_type", "torch_dtype", "dtype", "quant_method", "feed_forward_proj",
               "hybrid_override_pattern", "rope_type", "kv_cache_quant_algo", "mamba_ssm_dtype",
               "mamba_ssm_cache_dtype"),

@@ -5,7 +5,10 @@ Serving B requests of C tokens means `-np B -c B*C`: n_ctx is the total over slo
 --no-kv-unified (the default when -np is given) each slot gets its own stream of PAD(n_ctx / B, 256) cells.
 Sliding-window (and Llama-4 chunked) layers get PAD(min(cells, n_swa * (unified ? B : 1) + n_ubatch), 256)
 cells unless --swa-full. Recurrent layers keep r (conv) and s (SSM) rows in f32 for max(1, B) sequences.
-Cross-attention K/V is recomputed from the stored encoder output, not cached.
+Cross-attention K/V is recomputed from the stored encoder output, not cached. T5 (arch t5: T5, Flan-T5, mT5):
+the cache has one K/V layer per ENCODER block (block_count; src/llama-kv-cache.cpp loops over hparams.n_layer_all,
+src/models/t5.cpp reads the decoder's count into dec_n_layer), a decoder deeper than the encoder fails to create
+the context, and more than one sequence needs --kv-unified (per-slot streams abort building T5's graph).
 
 Build numbers of the two rule changes are estimates from the release cadence (b5331 = May 2025,
 b5912 = mid-July 2025): fixed 256-cell padding and per-slot streams (PR 17046, Nov 2025) ~b7000;
@@ -227,6 +230,36 @@ KIND_RULES: dict[type, Any] = {
 }
 
 
+# llama.cpp b11434 architectures (src/llama-arch.cpp) and converters (conversion/__init__.py) know no BART / mBART
+REFUSED_FAMILIES = dict.fromkeys(("bart", "mbart"), "BART / mBART are not a llama.cpp architecture (b11434: no "
+                                 "BART in src/llama-arch.cpp, no converter for BartForConditionalGeneration)")
+T5_FAMILIES = ("t5", "mt5")
+# b11434, one T5 GGUF with -np 2 (llama-completion / llama-batched-bench, per-slot streams): GGML_ASSERT(ggml_can_repeat(b, a))
+# in build_attn_mha while sched_reserve builds the graph (the relative-position bias does not broadcast over streams)
+T5_ONE_STREAM = ("llama.cpp b11434 aborts building a T5 graph for more than one sequence in per-slot streams "
+                 "(ggml.c GGML_ASSERT(ggml_can_repeat) in build_attn_mha during sched_reserve): use --batch 1 or "
+                 "--kv-unified")
+
+
+def t5_caches(spec: ModelSpec) -> tuple[tuple[tuple[int, Any], ...], int]:
+    """A T5 config's caches (and layer count) as llama.cpp holds them: the converter writes block_count = num_layers (the encoder) and
+    decoder_block_count = num_decoder_layers (conversion/t5.py); llama_kv_cache allocates n_layer_all = block_count
+    layers of self-attention K/V (src/llama-kv-cache.cpp), so an encoder deeper than the decoder gets cache layers
+    no decoder layer writes; a deeper decoder fails to create the context (b11434: vector::_M_range_check)."""
+    from kvplan.architectures import encdec
+
+    selfs = [(i, c) for i, c in spec.caches if isinstance(c, FullAttention) and not isinstance(c, CrossAttention)]
+    if not spec.is_encoder_decoder or not selfs:  # a t5 GGUF: its caches are block_count layers already
+        return spec.caches, spec.num_layers
+    enc = encdec.encoder_layers(spec)
+    if len(selfs) > enc:
+        raise InputError(f"llama.cpp cannot run this T5 model: its decoder has {len(selfs)} layers, its encoder {enc}, "
+                         "and llama.cpp's KV cache has one layer per encoder block (b11434 fails to create the "
+                         "context: vector::_M_range_check)")
+    cross = [(i, c) for i, c in spec.caches if isinstance(c, CrossAttention)]
+    return tuple((i, selfs[0][1]) for i in range(enc)) + tuple(cross), enc
+
+
 # ---------------------------------------------------------------------------------------------- layout
 @dataclass(frozen=True)
 class Prepared(layout.StagedLayout):
@@ -241,6 +274,7 @@ class Prepared(layout.StagedLayout):
     pp: int
     assumptions: tuple[str, ...]
     tp: int = 1
+    one_sequence: str | None = None  # why more than one sequence cannot run (T5 in per-slot streams)
 
     @property
     def label(self) -> str:
@@ -276,6 +310,8 @@ class Prepared(layout.StagedLayout):
         return cells(ctx, batch, self.selected.rules, self.unified, self.ubatch, self.swa_full, self.n_swa(), self.flash_attn)
 
     def groups_of(self, ctx: int, batch: int, stage: int) -> list[PlanGroup]:
+        if batch > 1 and self.one_sequence:
+            raise InputError(self.one_sequence)
         cl = self.cells(ctx, batch)
         out = []
         for c, layers, rule in layout.groups(ENGINE.name, KIND_RULES, self.stages[stage]):
@@ -333,10 +369,15 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     if tp > 1:
         raise InputError("llama.cpp splits a model by layers across GPUs, not by tensor parallelism; use --pp N "
                          "for a layer split over N GPUs")
+    layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     _check_swa_layers(spec)
     rules = selected.rules
     unified = bool(opts.get("kv_unified") or False)
+    t5 = spec.family in T5_FAMILIES
+    if t5:
+        caches, n_layers = t5_caches(spec)
+        spec = replace(spec, caches=caches, num_layers=n_layers)
     ubatch = int(opts.get("ubatch") or 512)
     swa_full = bool(opts.get("swa_full") or False)
     flash_attn = opts.get("flash_attn")
@@ -361,6 +402,9 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
                                                                else ", no V tensor (V-less cache)"))
     if CrossAttention in kinds:
         notes.append("cross-attention K/V are recomputed from the stored encoder output (not in the KV cache)")
+    if t5:
+        notes.append("T5: one self-attention K/V layer per encoder block (llama_kv_cache over block_count)"
+                     + ("" if unified else "; one sequence only without --kv-unified"))
     if any(issubclass(k, RecurrentState) for k in kinds):
         rows = "r (conv) rows, no s rows," if {k for k in kinds if issubclass(k, RecurrentState)} == {ShortConvState} else "r/s"
         notes.append(f"recurrent state {rows} in {(kvd.state or F32).name} for max(1, n_seq) sequences")
@@ -370,7 +414,8 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     if selected.note:
         notes.append(selected.note)
     stages = tuple(layout.kept(ENGINE.name, KIND_RULES, st) for st in layout.stages(spec, pp))
-    return Prepared(selected, spec, stages, kvd, unified, ubatch, swa_full, flash_attn, pp, tuple(notes))
+    return Prepared(selected, spec, stages, kvd, unified, ubatch, swa_full, flash_attn, pp, tuple(notes),
+                    one_sequence=T5_ONE_STREAM if t5 and not unified and rules.streams else None)
 
 
 # ---------------------------------------------------------------------------------------------- budget, capacity
@@ -393,6 +438,8 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
 
 
 def fits(prepared: Prepared, ctx: int, batch: int, budgets: list[int]) -> bool:
+    if batch > 1 and prepared.one_sequence:
+        return False
     return all(prepared.stage_bytes(ctx, batch, s) <= budgets[s] for s in range(len(prepared.stages)))
 
 

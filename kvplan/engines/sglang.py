@@ -306,8 +306,14 @@ ENCODER_IN_POOL = frozenset({"MllamaForConditionalGeneration"})
 
 # Families SGLang 0.5.10 has no model for (srt/models); granitemoehybrid is there (configs/granitemoehybrid.py:
 # Mamba2CacheParams of the mamba layers, the same Mamba2StateShape as Nemotron-H's)
+# SGLang 0.5.10 has no T5 / BART model file (srt/models) and configs/model_config.py is_encoder_decoder_model lists
+# only WhisperForConditionalGeneration and MllamaForConditionalGeneration
+_ENC_DEC = ("SGLang (0.5.10 read) has no {} model: srt/models has none, and configs/model_config.py "
+            "is_encoder_decoder_model knows only Whisper and Mllama")
 REFUSED_FAMILIES = {"bamba": "SGLang 0.5.10 has no BambaForCausalLM (srt/models)",
-                    "zamba2": "SGLang has no Zamba2ForCausalLM (no srt/models/zamba2.py)"}
+                    "zamba2": "SGLang has no Zamba2ForCausalLM (no srt/models/zamba2.py)",
+                    **dict.fromkeys(("t5", "mt5"), _ENC_DEC.format("T5 / mT5")),
+                    **dict.fromkeys(("bart", "mbart"), _ENC_DEC.format("BART / mBART"))}
 # Families read in 0.5.10 only (Rules.cohere2_smollm3). In 0.5.10 Cohere2 is not a hybrid-SWA architecture
 # (model_config.py is_hybrid_swa_model), so its sliding layers hold full-length cache, and SmolLM3 runs through the
 # Transformers fallback (model_loader/utils.py resolve_transformers_arch), one RadixAttention per layer, one pool.

@@ -200,6 +200,13 @@ class Prepared(layout.StagedLayout):
 
 
 # Families whose TensorRT-LLM code kvplan has not read (no source here): refused rather than sized by another rule
+# T5 / BART: TensorRT-LLM keeps cross-attention K/V in a second KV cache manager that is handed
+# cross_kv_cache_fraction (0.5 in its examples) of the free memory, the self-attention manager the rest
+# (cpp/tensorrt_llm/batch_manager/trtGptModelInflightBatching.cpp: createKvCacheManager(kSELF, free x (1 - fraction))
+# and (kCROSS, free x fraction)); kvplan's one block pool does not reproduce that split (Whisper's row neither).
+_ENC_DEC = ("not modelled: TensorRT-LLM holds cross-attention K/V in a separate KV cache manager given "
+            "cross_kv_cache_fraction of the memory (trtGptModelInflightBatching.cpp), a split kvplan's pool does not "
+            "reproduce")
 REFUSED_FAMILIES = {
     **dict.fromkeys(("granite-hybrid", "bamba"), "not modelled: kvplan has not read TensorRT-LLM's Granite-4.0-H / "
                     "Bamba code"),
@@ -217,6 +224,7 @@ REFUSED_FAMILIES = {
     "mllama": "not modelled: TensorRT-LLM's PyTorch backend runs Llama-3.2-Vision text-only (its cross-attention "
               "layers are not built: _torch/models/modeling_mllama.py), and kvplan has not read its TensorRT-engine "
               "flow (models/mllama)",
+    **dict.fromkeys(("t5", "mt5", "bart", "mbart"), _ENC_DEC),
 }
 
 

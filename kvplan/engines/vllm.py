@@ -885,12 +885,29 @@ def _refuse_v0_only(spec: ModelSpec, selected: Selected[Rules]) -> None:
     raise layout.UnsupportedKind(f"vLLM {asked} runs {arch} on its V0 engine only (models/mllama.py SupportsV0Only; "
                                  "engine/arg_utils.py falls back to V0), whose cache kvplan does not model (its rules "
                                  "are V1's)")
+# Encoder-decoders other than Whisper have no model on vLLM's V1 engine, the only one kvplan lays out (every rule set
+# here): BART / mBART ran on V0 alone and left with it ("Remove V0 Encoder-Decoder Support", PR #24907, Sept 2025);
+# 0.32's model_executor/models/registry.py sends BartForConditionalGeneration / MBartForConditionalGeneration to
+# the out-of-tree vllm-project/bart-plugin (_OOT_SUPPORTED_MODELS), whose cache kvplan has not read. T5 /
+# MT5ForConditionalGeneration are in no registry; the Transformers backend treats a model with encoder layers as
+# encoder-only (models/transformers/base.py _get_attn_cls). The CPU build falls back to that backend for both and
+# fails ("Argument position_ids not found in the forward method of T5Stack" / "... of BartDecoder",
+# tests/test_engine_vllm.py cases t5 and bart).
+_T5 = ("vLLM has no T5 model: T5ForConditionalGeneration / MT5ForConditionalGeneration are in no registry "
+       "(0.32 model_executor/models/registry.py) and its Transformers backend runs a model with encoder layers as "
+       "encoder-only; use --engine hf, llamacpp")
+_BART = ("vLLM's V1 engine has no BART: BART / mBART ran on V0 only and were removed with it (PR #24907, 0.11); 0.32's "
+         "registry.py _OOT_SUPPORTED_MODELS points them to the vllm-project/bart-plugin, whose cache kvplan has not "
+         "read, and its Transformers-backend fallback fails on them (the CPU build: no position_ids in "
+         "BartDecoder.forward); use --engine hf")
+REFUSED_FAMILIES = {"t5": _T5, "mt5": _T5, "bart": _BART, "mbart": _BART}
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
     rules = selected.rules
     _refuse_v0_only(spec, selected)
+    layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     dropped = REMOVED_FAMILIES.get(spec.family)
     asked = selected.requested or selected.version

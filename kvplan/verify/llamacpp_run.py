@@ -212,6 +212,10 @@ def first_error(log: str) -> str:
         m = stamp.search(ln)
         if m and m.group(1) == "E":
             return m.group(2).strip()
+    for ln in lines:  # an abort: its GGML_ASSERT line (a debugger's backtrace may follow), by file name only, as
+        m = re.search(r"([^/\s]+:\d+: GGML_ASSERT.*)$", ln)  # the path is the build's own (a pip build folder)
+        if m:
+            return m.group(1).strip()
     for ln in reversed(lines):
         if re.search(r"error|failed|GGML_ASSERT|terminate", ln, re.I):
             m = stamp.search(ln)
@@ -229,20 +233,26 @@ def complete(p: Printed) -> bool:
     loaded machine the tail of the log can be missing. A run counts only when its last logged lines arrived:
     `sched_reserve: reserve took` (logged after every cache and compute-buffer line, before the few decodes that
     give the logger time to drain), or for a refused start llama.cpp's own error-level line."""
-    if p.rc != 0:
-        return any(re.search(r"\d+\.\d{2}\.\d{3}\.\d{3} E ", ln) for ln in p.log.splitlines())
+    if p.rc != 0:  # an abort (GGML_ASSERT) writes its line to stderr itself, past the logger
+        return "GGML_ASSERT" in p.log or any(re.search(r"\d+\.\d{2}\.\d{3}\.\d{3} E ", ln) for ln in p.log.splitlines())
     return "sched_reserve: reserve took" in p.log
 
 
-def run(install: Install, gguf: Path, args: list[str], timeout: float = 120) -> Printed:
+# llama-completion runs what llama-batched-bench cannot: an encoder-decoder (T5), whose decoder needs llama_encode
+# first (batched-bench's bench loop decodes without it: GGML_ASSERT "llama_encode must be called first"). One
+# sequence, one token generated after a one-word prompt.
+COMPLETION = ("llama-completion", ("-p", "a", "-n", "1", "-no-cnv"))
+
+
+def run(install: Install, gguf: Path, args: list[str], timeout: float = 120,
+        tool: tuple[str, tuple[str, ...]] = (TOOL, ("-npp", "1", "-ntg", "1"))) -> Printed:
     """`llama-batched-bench -m F -npl B -npp 1 -ntg 1 -fit off -lv 4 ...`: loads the model, builds the context with
     n_seq_max = B (llama-server's -np B sets the same llama_context_params field), allocates the cache, reserves
     the graphs, decodes a few tokens and exits. It is the one shipped tool that takes every cache option,
     --kv-unified included (llama-completion rejects -kvu: common/arg.cpp limits it to server, perplexity, batched,
     bench and parallel). A run whose log lost its tail (see `complete`) is repeated, up to ATTEMPTS times."""
     # -lv 4: info lines (every size line) without the debug flood that makes the logger lag
-    cmd = [str(install.tool(TOOL)), "-m", str(gguf), "-npp", "1", "-ntg", "1", "-t", "1", "-fit", "off", "-lv", "4",
-           *args]
+    cmd = [str(install.tool(tool[0])), "-m", str(gguf), *tool[1], "-t", "1", "-fit", "off", "-lv", "4", *args]
     attempt = 0
     while True:
         attempt += 1
