@@ -575,6 +575,9 @@ def t_gemma4(m: Model) -> list:
         if i < own:
             out += [(b + "attn_k.weight", (e, d * kv)), (b + "attn_v.weight", (e, d * kv)),
                     (b + "attn_k_norm.weight", (d,))]
+    return out
+
+
 def t_t5(m: Model) -> list:
     """src/models/t5.cpp load_arch_tensors: enc.blk.* (self-attention, gated FFN) for block_count layers, dec.blk.*
     (self- and cross-attention, gated FFN) for decoder_block_count; the relative-position bias on layer 0 only, as

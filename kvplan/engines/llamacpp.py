@@ -230,9 +230,6 @@ KIND_RULES: dict[type, Any] = {
 }
 
 
-# llama.cpp b11434 architectures (src/llama-arch.cpp) and converters (conversion/__init__.py) know no BART / mBART
-REFUSED_FAMILIES = dict.fromkeys(("bart", "mbart"), "BART / mBART are not a llama.cpp architecture (b11434: no "
-                                 "BART in src/llama-arch.cpp, no converter for BartForConditionalGeneration)")
 T5_FAMILIES = ("t5", "mt5")
 # b11434, one T5 GGUF with -np 2 (llama-completion / llama-batched-bench, per-slot streams): GGML_ASSERT(ggml_can_repeat(b, a))
 # in build_attn_mha while sched_reserve builds the graph (the relative-position bias does not broadcast over streams)
@@ -343,6 +340,9 @@ REFUSED_FAMILIES = {
               "nemotron_h; ggml-org/llama.cpp pull request 21412 proposing Zamba2 was open when read)",
     "mllama": "llama.cpp has no mllama architecture (b11434: none in src/llama-arch.cpp, and its converter "
               "takes no MllamaForConditionalGeneration)",
+    # b11434 architectures (src/llama-arch.cpp) and converters (conversion/__init__.py) know no BART / mBART
+    **dict.fromkeys(("bart", "mbart"), "BART / mBART are not a llama.cpp architecture (b11434: no BART in "
+                    "src/llama-arch.cpp, no converter for BartForConditionalGeneration)"),
 }
 
 
@@ -369,7 +369,6 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     if tp > 1:
         raise InputError("llama.cpp splits a model by layers across GPUs, not by tensor parallelism; use --pp N "
                          "for a layer split over N GPUs")
-    layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     _check_swa_layers(spec)
     rules = selected.rules
