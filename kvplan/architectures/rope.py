@@ -158,10 +158,17 @@ def _granite_hybrid(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
     return _one(c, int(c.get("hidden_size")) // int(c.get("num_attention_heads")))
 
 
+def _minimax01(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
+    """MiniMax-01 (vLLM 0.10.1-0.23 models/minimax_text_01.py): one table of rotary_dim (else head_dim) built in fp32
+    (0.10.x MiniMaxText01RotaryEmbedding cache_dtype=torch.float32; 0.13+ get_rope(dtype=torch.float32)) over
+    max_position = min(max_position_embeddings, max_model_len)."""
+    return tuple(RopeTable(t.rows, t.dim, fp32=True, capped=True) for t in _one(c))
+
+
 FAMILY_TABLES: dict[str, Callable[[Cfg, Cfg], tuple[RopeTable, ...]]] = {
     "gemma": _gemma, "gemma3n": _gemma, "gemma4": _gemma4, "mimo-v2-flash": _mimo, "deepseek-mla": _mla,
     "deepseek-v4": _mla, "gpt-oss": _gpt_oss, "chatglm": _chatglm, "falcon": _falcon, "llama4": _llama4,
-    "granite-hybrid": _granite_hybrid,
+    "granite-hybrid": _granite_hybrid, "minimax-01": _minimax01,
 }
 
 

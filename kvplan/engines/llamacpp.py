@@ -26,6 +26,7 @@ from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
 from kvplan.parallel import heads_unsplit
 from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, KimiDeltaState,
+                         LightningState,
                          LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState, SharedKV,
                          ShortConvState, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
@@ -181,6 +182,16 @@ class RecurrentRows:
         return (p.kvd.state or F32).name
 
 
+@dataclass(frozen=True)
+class LightningRows(RecurrentRows):
+    """MiniMax-01 lightning layers (src/models/minimax-01.cpp: hparams.n_embd_head_la = the head size): no conv row
+    (n_embd_r() = 0, no ssm_d_conv) and an s row of n_embd_s() = n_embd_head_la^2 x n_head() (src/llama-hparams.cpp)
+    per sequence, f32 unless -ctk / --state-dtype says otherwise, for max(1, n_seq) sequences."""
+
+    def layer(self, c: RecurrentState, cl: Cells, batch: int, p: "Prepared") -> tuple[list, int]:
+        return [tensor("s (ssm state)", (max(1, batch), prod(c.ssm_shape)), p.kvd.state or F32)], 0
+
+
 KIND_RULES: dict[type, Any] = {
     FullAttention: KVCells(),
     WindowBeyondContext: KVCells(),  # a window beyond the context is full attention here
@@ -195,6 +206,7 @@ KIND_RULES: dict[type, Any] = {
     LinearAttentionState: RecurrentRows(),
     ShortConvState: layout.NotModelled("llama.cpp runs LFM2 GGUFs (n_embd_r = n_embd x (L_cache - 1), "
                                        "src/llama-hparams.cpp), but kvplan has not checked its layout against a run yet"),
+    LightningState: LightningRows(),
     KimiDeltaState: RecurrentRows(),  # n_embd_r = 3 x (d_conv - 1) x n_head x head_dim, n_embd_s = head_dim^2 x n_head
     SharedKV: layout.NO_CACHE,
     NoCache: ZeroHeadCells(),
@@ -271,12 +283,29 @@ class Prepared(layout.StagedLayout):
                 "n_seq_max": batch, "flags": f"-np {batch} -c {batch * ctx}"}
 
 
+def _check_minimax01(spec: ModelSpec) -> None:
+    """A MiniMax-01 config.json becomes a GGUF through convert_hf_to_gguf (b11434 conversion/minimax.py), which maps
+    MiniMaxText01ForCausalLM and MiniMaxM1ForCausalLM only and writes no layer pattern: llama.cpp then makes every
+    8th layer full attention (src/models/minimax-01.cpp load_arch_hparams, full_attention_interval default 8). A
+    config whose attn_type_list says otherwise, or transformers' native MiniMaxForCausalLM, is refused."""
+    if spec.architecture not in ("MiniMaxText01ForCausalLM", "MiniMaxM1ForCausalLM"):
+        raise layout.UnsupportedKind(f"llama.cpp's converter (b11434 conversion/__init__.py) takes MiniMax-01 as "
+                                     f"MiniMaxText01ForCausalLM or MiniMaxM1ForCausalLM, not {spec.architecture}")
+    lightning = {i for i, c in spec.caches if isinstance(c, LightningState)}
+    if lightning != {i for i in range(spec.num_layers) if (i + 1) % 8}:
+        raise layout.UnsupportedKind("llama.cpp makes every 8th MiniMax-01 layer full attention (src/models/"
+                                     "minimax-01.cpp; the converter writes no layer pattern), which this config's "
+                                     "attn_type_list does not: size the GGUF itself")
+
+
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
     if tp > 1:
         raise InputError("llama.cpp splits a model by layers across GPUs, not by tensor parallelism; use --pp N "
                          "for a layer split over N GPUs")
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
+    if spec.family == "minimax-01" and spec.stored_format is None:
+        _check_minimax01(spec)
     rules = selected.rules
     unified = bool(opts.get("kv_unified") or False)
     ubatch = int(opts.get("ubatch") or 512)

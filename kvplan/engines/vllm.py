@@ -22,7 +22,7 @@ from kvplan.errors import ConfigError, InputError
 from kvplan.parallel import heads_floor
 from kvplan.spec import (ChunkedLocal, CompressedIndexerKeys, CompressedLatent, CompressorState, CrossAttention,
                          FullAttention, IndexerKeys, KimiDeltaState, LatentAttention, LayerCache,
-                         LinearAttentionState, MambaState, MsaIndexerKeys,
+                         LightningState, LinearAttentionState, MambaState, MsaIndexerKeys,
                          ModelSpec, NoCache, RecurrentState, SharedKV, ShortConvState, SlidingLatent, SlidingWindow,
                          SparseLatentAttention, WindowBeyondContext)
 
@@ -462,6 +462,21 @@ def _short_conv(c: ShortConvState, env: SpecEnv) -> VSpec:
     return MambaSpec(env.block, state_bytes=conv.nbytes(prod(c.conv_shape(env.tp))), state_blocks=2 if env.state_align else 1)
 
 
+def _lightning(c: LightningState, env: SpecEnv) -> VSpec:
+    """MiniMax-01 lightning attention (0.10.1-0.23 models/minimax_text_01.py get_mamba_state_shape_from_config /
+    get_mamba_state_dtype_from_config; layers/mamba/linear/minimax_linear_attn.py MiniMaxText01LinearAttention, a
+    MambaBase whose get_kv_cache_spec is a MambaSpec): one state (num_heads / tp, head_dim, head_dim)
+    (mamba_utils.py linear_attention_state_shape) in linear_attention_state_dtype = get_kv_cache_torch_dtype(
+    mamba_cache_dtype, model dtype): the conv-state dtype (--state-dtype), not mamba_ssm_cache_dtype; no conv window.
+    Like every MambaSpec it is padded to the attention page in the hybrid pool; 2 pages per request in 'align' mode."""
+    if c.num_heads % env.tp:
+        raise InputError(f"--tp {env.tp} does not divide the model's {c.num_heads} lightning-attention heads (vLLM "
+                         "asserts num_heads % tp_size == 0)")
+    conv, _ = env.state_dtypes
+    return MambaSpec(env.block, state_bytes=conv.nbytes(prod(c.ssm_shape_for(env.tp))),
+                     state_blocks=2 if env.state_align else 1)
+
+
 # get_kv_cache_spec per layer kind: KV-sharing consumers and MLP-only layers get no spec
 KIND_RULES: dict[type, Any] = {
     FullAttention: _full,
@@ -481,6 +496,7 @@ KIND_RULES: dict[type, Any] = {
     LinearAttentionState: _mamba,
     KimiDeltaState: _kda,
     ShortConvState: _short_conv,
+    LightningState: _lightning,
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
 }
@@ -858,7 +874,10 @@ def _plan_groups(s: StageLayout, ctx: int, batch: int, inflight: int, kvd: KVDty
 
 # model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS: families kvplan models whose architecture vLLM
 # stopped loading, and the release that dropped it (the older falcon / mpt removals are not applied here yet)
-REMOVED_FAMILIES = {"bamba": ("BambaForCausalLM", "0.23")}
+REMOVED_FAMILIES = {"bamba": ("BambaForCausalLM", "0.23", "0.22"),
+                    # 0.23.0's wheel still registers them (models/minimax_text_01.py); 0.24.0's registry lists them as
+                    # supported "until v0.23.0"
+                    "minimax-01": ("MiniMaxText01ForCausalLM / MiniMaxM1ForCausalLM / MiniMaxForCausalLM", "0.24", "0.23")}
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
@@ -869,7 +888,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     if dropped and version_key(selected.version) >= version_key(dropped[1]):
         raise layout.UnsupportedKind(f"vLLM {selected.version} does not load {dropped[0]}: removed in vLLM "
                                      f"{dropped[1]} (model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS); "
-                                     f"use --engine vllm@0.22 or earlier, or another engine")
+                                     f"use --engine vllm@{dropped[2]} or earlier, or another engine")
     dcp_note = _check_dcp(spec, tp, int(opts.get("decode_context_parallel_size") or 1))
     base.check_tp_heads(spec, tp)
     gpu_name = gpu.name if gpu is not None else None
@@ -949,8 +968,16 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
             + ("; Kimi-K3's FlashKDA prefill on this GPU keeps one more state page per request in 'align' mode"
                if flashkda and kda.full_rank_gate and kda.key_head_dim == 128 and kda.gate_lower_bound is not None
                else ""))
+    if LightningState in kinds:
+        _check_minimax01(selected, state)
+        assumptions.append(
+            f"MiniMax-01 lightning-attention state: (heads / tp) x head_dim x head_dim per layer and request in "
+            f"{state.name} (mamba_cache_dtype, --state-dtype; linear_attention_state_dtype), one MambaSpec page")
+        assumptions.append("vLLM keeps MiniMax-01's lm_head in fp32 (models/minimax_text_01.py lm_head.float()) and "
+                           "its router in fp32: the weights here count the lm_head in the model dtype, "
+                           "vocab x hidden x 2 B / tp less than vLLM loads")
     has_state = any(issubclass(k, RecurrentState) for k in kinds)
-    if has_state and kda is None:
+    if has_state and kda is None and LightningState not in kinds:
         assumptions.append(f"Mamba/linear-attention state: conv window kernel-1, conv state in {state.name} "
                            f"(--state-dtype), SSM/recurrent state in {ssm_state.name} (--mamba-ssm-cache-dtype)")
     hybrid_state = has_state and any(issubclass(k, (FullAttention, LatentAttention)) for k in kinds)
@@ -960,6 +987,21 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     if dcp_note:
         assumptions.append(dcp_note)
     return Prepared(selected, stages, kvd, inflight, int(mbt), bool(async_on), tuple(assumptions), tp, pp)
+
+
+def _check_minimax01(selected: Selected[Rules], state: DType) -> None:
+    """MiniMax-01 before 0.10.1 is V0-only (0.10.0 models/minimax_text_01.py: SupportsV0Only, its own
+    MinimaxCacheManager of fp32 states sized by max_num_seqs), which kvplan does not model; up to 0.20
+    (0.10.1-0.20.0 mamba_utils.py linear_attention_state_dtype) an fp32 state is refused: "fp32 state for minimax is
+    not yet supported" (gone in 0.21.0)."""
+    requested = selected.requested
+    if requested and version_key(requested) < (0, 10, 1):
+        raise layout.UnsupportedKind(f"vLLM {requested} runs MiniMax-Text-01 / M1 on the V0 engine only "
+                                     "(SupportsV0Only: its own MinimaxCacheManager, not the V1 KV pool), which kvplan "
+                                     "does not model: use --engine vllm@0.10.1 up to vllm@0.23")
+    if state.name == "fp32" and version_key(selected.version) < (0, 21):
+        raise InputError(f"vLLM {selected.version} refuses an fp32 MiniMax-01 state (mamba_utils.py "
+                         "linear_attention_state_dtype: 'fp32 state for minimax is not yet supported', until 0.21)")
 
 
 def _minimax_m3_block(opts: dict[str, Any], selected: Selected[Rules]) -> dict[str, Any]:
@@ -1058,7 +1100,8 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
     requested, util_note = _requested(prepared, gpu, opts)
     parts = [("requested (total x gpu_memory_utilization)", requested), ("weights", -weights)]
     notes = [util_note]
-    rope = sum(t.nbytes(dtype_bytes) for t in spec.rope_tables)
+    mml = int(opts.get("max_model_len") or spec.vllm_max_ctx or 0) or None
+    rope = sum(t.nbytes(dtype_bytes, mml) for t in spec.rope_tables)
     if rope and reserve is None:
         parts.append(("rotary cos/sin tables (built with the model)", -rope))
     if reserve is not None:
