@@ -24,6 +24,7 @@ KIND_LABELS = {
     "linear_state": "linear state",
     "mamba_state": "Mamba state",
     "conv_state": "short-conv state",
+    "lightning_state": "lightning state",
     "cross": "cross",
     "shared": "shared KV",
     "none": "no cache",

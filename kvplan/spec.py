@@ -369,6 +369,25 @@ class ShortConvState(RecurrentState):
 
 
 @dataclass(frozen=True)
+class LightningState(RecurrentState):
+    """MiniMax-01 lightning attention (MiniMax-Text-01, MiniMax-M1; transformers' `minimax`): a linear-attention layer
+    whose whole per-request cache is one head_dim x head_dim matrix (the decayed sum of K^T V) per head, and no
+    convolution window (conv_dim 0, conv_kernel 1). A class of its own because the engines keep it unlike Gated
+    DeltaNet: vLLM in its mamba_cache_dtype (the conv dtype, not the SSM one), transformers in the compute dtype."""
+
+    kind: ClassVar[str] = "lightning_state"
+    num_heads: int = 0
+    head_dim: int = 0
+
+    @property
+    def ssm_shape(self) -> tuple[int, ...]:
+        return (self.num_heads, self.head_dim, self.head_dim)
+
+    def describe(self) -> str:
+        return f"lightning-attention state: {self.num_heads} x {self.head_dim} x {self.head_dim} per request"
+
+
+@dataclass(frozen=True)
 class KimiDeltaState(LinearAttentionState):
     """Kimi Delta Attention (Kimi Linear, Kimi-K3): q, k and v each through a short convolution (conv_dim = 3 x heads
     x head_dim) and one head_dim x head_dim recurrent matrix per head. A class of its own because engines store it
@@ -499,9 +518,12 @@ class RopeTable:
     rows: int
     dim: int
     fp32: bool = False  # kept in fp32 whatever the model dtype (gpt-oss passes dtype=torch.float32)
+    # rows are min(rows, max_model_len): the model code passes that as max_position (MiniMax-01 in vLLM)
+    capped: bool = False
 
-    def nbytes(self, float_bytes: int) -> int:
-        return self.rows * self.dim * (4 if self.fp32 else float_bytes)
+    def nbytes(self, float_bytes: int, max_model_len: int | None = None) -> int:
+        rows = min(self.rows, max_model_len) if self.capped and max_model_len else self.rows
+        return rows * self.dim * (4 if self.fp32 else float_bytes)
 
 
 @dataclass(frozen=True)

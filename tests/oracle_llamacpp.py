@@ -608,6 +608,29 @@ def t_t5(m: Model) -> list:
     return out
 
 
+def t_minimax01(m: Model) -> list:
+    """minimax-01 (src/models/minimax-01.cpp load_arch_tensors): softmax layers q/k/v/o, lightning layers a fused
+    attn_qkv of 3 x n_head x head_dim, an output gate attn_gate, an RMS norm attn_norm_2 over n_head x head_dim and
+    attn_output; every layer a router and n_expert gated experts of feed_forward_length."""
+    e, ff, h, kv = (m.hp[k] for k in ("embedding_length", "feed_forward_length", "attention.head_count",
+                                      "attention.head_count_kv"))
+    d, nx = m.hp["attention.key_length"], m.hp["expert_count"]
+    flags = m.hp.get("attention.recurrent_layers")
+    every = m.hp.get("full_attention_interval", 8)
+    out = _embd_out(m)
+    for i in range(m.hp["block_count"]):
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", (e,)), (b + "ffn_norm.weight", (e,)), (b + "attn_output.weight", (h * d, e))]
+        if (flags[i] if flags else (i + 1) % every != 0):
+            out += [(b + "attn_norm_2.weight", (h * d,)), (b + "attn_qkv.weight", (e, 3 * h * d)),
+                    (b + "attn_gate.weight", (e, h * d))]
+        else:
+            out += _qkv(i, e, h * d, kv * d, kv * d)
+        out += [(b + "ffn_gate_inp.weight", (e, nx)), (b + "ffn_gate_exps.weight", (e, ff, nx)),
+                (b + "ffn_down_exps.weight", (ff, e, nx)), (b + "ffn_up_exps.weight", (e, ff, nx))]
+    return out
+
+
 def _m(name: str, arch: str, scales: str, tensors: Callable, **hp: Any) -> Model:
     base = {"context_length": 131072, "attention.layer_norm_rms_epsilon": 1e-6}
     base.update({k.replace("__", "."): v for k, v in hp.items()})
@@ -787,6 +810,19 @@ MODELS: dict[str, Model] = {m.name: m for m in (
        leading_dense_block_count=1, expert_count=4, expert_used_count=2, expert_shared_count=2,
        expert_feed_forward_length=32, expert_gating_func=2, attn_res__block_size=2, activation__situ_beta=4.0,
        activation__situ_linear_beta=25.0),
+    # MiniMax-Text-01 / MiniMax-M1: lightning attention (one head_dim x head_dim f32 state per head, no conv row) on
+    # every layer but each 8th (no recurrent_layers key: the converter writes none), GQA on the 8th; head_dim 128 kept,
+    # 4 heads (64 in the real model), 2 KV heads (8), residual_scale and rope.dimension_count 64 as converted
+    _m("minimax-01", "minimax-01", "MiniMax-M1 (7 lightning 4 x 128^2 : 1 softmax 2 x 128)", t_minimax01, block_count=8,
+       embedding_length=64, feed_forward_length=32, attention__head_count=4, attention__head_count_kv=2,
+       attention__key_length=128, attention__value_length=128, rope__dimension_count=64,
+       residual_scale=3.5565588200778455, expert_count=4, expert_used_count=2, attention__layer_norm_rms_epsilon=1e-5),
+    # the same with an attention.recurrent_layers array (true = lightning) that is not every-8th
+    _m("minimax-01-rl", "minimax-01", "MiniMax-01 layout, attention.recurrent_layers array", t_minimax01, block_count=6,
+       embedding_length=64, feed_forward_length=32, attention__head_count=4, attention__head_count_kv=2,
+       attention__key_length=128, attention__value_length=128, rope__dimension_count=64,
+       attention__recurrent_layers=[True, False, True, True, False, True], residual_scale=3.5565588200778455,
+       expert_count=4, expert_used_count=2, attention__layer_norm_rms_epsilon=1e-5),
     # Qwen3.5 (dense): the same DeltaNet / gated-attention 3:1 layout, dense MLP, M-RoPE sections
     _m("qwen35", "qwen35", "Qwen3.5-9B (3 DeltaNet : 1 attention, 4 kv x 256)", t_qwen3next, block_count=8,
        embedding_length=64, feed_forward_length=64, attention__head_count=8, attention__head_count_kv=4,
@@ -1067,6 +1103,11 @@ CASES: list[Case] = [
     Case("t5-deep-decoder-c512", "t5-deep-decoder", 512, completion=True, refuses=True),
     # two sequences in per-slot streams: llama.cpp aborts building T5's graph (kvplan refuses the same)
     Case("t5-np2-c512", "t5", 512, batch=2, refuses=True),
+    # MiniMax-01 lightning attention: an f32 s row of head_dim^2 x heads per sequence, no r row, beside GQA K/V
+    Case("minimax-01-c4096", "minimax-01", 4096),
+    Case("minimax-01-np2-c1000", "minimax-01", 1000, batch=2),
+    Case("minimax-01-np4-c2000-kvu", "minimax-01", 2000, batch=4, kvu=True),
+    Case("minimax-01-rl-c4096", "minimax-01-rl", 4096),
 ]
 CASE_BY_ID = {c.id: c for c in CASES}
 assert len(CASE_BY_ID) == len(CASES)

@@ -383,3 +383,40 @@ def test_encoder_decoder_params_equal_transformers(config, tmp_path):
         assert spec.params == loaded_param_count(config, tmp_path)
     else:
         assert spec.params == truth["params"] + truth["persistent_buffers_numel"]
+
+
+# ---------------------------------------------------------------------------------------------- MiniMax-01
+def _minimax01_configs():
+    """Scaled copies of the genuine MiniMax-M1 config (tests/test_minimax01.py): its first 8 layers (7 lightning,
+    then softmax), and a second shape (16 heads x 32, one KV head, 12 layers with softmax every 4th, bf16 file) in the
+    native form transformers builds (model_type minimax, layer_types)."""
+    from test_minimax01 import as_native, scaled
+
+    wide = scaled(num_hidden_layers=12, attn_type_list=[0, 0, 0, 1] * 3, num_attention_heads=16, num_key_value_heads=1,
+                  head_dim=32, hidden_size=128, torch_dtype="bfloat16")
+    return [pytest.param(as_native(scaled()), id="m1-scaled"), pytest.param(as_native(wide), id="m1-wide-kv1")]
+
+
+@pytest.mark.parametrize("config", _minimax01_configs())
+def test_minimax01_params_and_cache_equal_transformers(config, tmp_path):
+    """MiniMaxForCausalLM on meta: its parameters (the decay buffers are not parameters), and after one forward of
+    [2, ctx] its MiniMaxCache -- linear_cache [2, heads, head_dim, head_dim] fp16 per lightning layer, K/V on the
+    softmax layers -- as kvplan's hf plan, for the native config and for the same model as the remote-code config
+    (attn_type_list, model_type minimax_m1) that transformers cannot build itself."""
+    from test_minimax01 import M1
+
+    remote = {k: v for k, v in config.items() if k != "layer_types"}
+    remote.update(model_type="minimax_m1", architectures=["MiniMaxM1ForCausalLM"], auto_map=M1["auto_map"],
+                  attn_type_list=[0 if t == "linear_attention" else 1 for t in config["layer_types"]])
+    paths = []
+    for name, cfg in (("native", config), ("remote", remote)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(cfg))
+    truth = oracle.hf_param_counts(config)["params"]
+    for path in paths:
+        assert size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec.params == truth
+    for ctx in (SHORT_CTX, 300):
+        cache = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")["total"]
+        for path in paths:
+            r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
+            assert r.plan.kv_bytes == cache, f"{path.name} ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {cache:,}"

@@ -26,7 +26,8 @@ def unknown(**extra) -> dict:
 VALUES = {"hybrid_override_pattern": "M*M*", "layers_block_type": ["mamba", "attention"], "ssm_cfg": {"d_state": 16},
           "linear_attn_config": {"kda_layers": [1]}, "compress_ratios": [4, 4], "kv_sharing": {"layers": 2},
           "full_attn_idxs": [3], "cross_attention_layers": [3, 8], "conv_bias": False, "time_step_rank": "auto",
-          "hybrid_layer_pattern": [0, 1, 1, 1], "sparse_attention_config": {"sparse_topk_blocks": 16}}
+          "hybrid_layer_pattern": [0, 1, 1, 1], "sparse_attention_config": {"sparse_topk_blocks": 16},
+          "attn_type_list": [0, 0, 0, 1], "decoder_attention_types": [0, 0, 0, 1]}
 CASES = [(what, name) for what, names in FOREIGN_CACHE_FIELDS.items() for name in names]
 
 

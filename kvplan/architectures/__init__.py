@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from kvplan.architectures import (
     base, classic, cohere2, decoder, deepseek, deepseek_v4, defaults, encdec, gemma, gpt_oss, hybrid, kimi, llama4,
-    mimo, minimax_m3, mllama, nemotron_nas, rope, schema, step, vision, zamba2,
+    mimo, minimax01, minimax_m3, mllama, nemotron_nas, rope, schema, step, vision, zamba2,
 )
 from kvplan.architectures.base import Cfg
 from kvplan.errors import ConfigError
@@ -66,6 +66,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("gemma", _mt("gemma", "gemma2", "gemma3", "gemma3_text"), gemma.build),
     Family("gpt-oss", _mt("gpt_oss"), gpt_oss.build),
     Family("mimo-v2-flash", _mt("mimo_v2_flash"), mimo.build),
+    # MiniMax-01 lightning attention: MiniMax-Text-01 / MiniMax-M1 (remote code) and transformers' native minimax
+    Family("minimax-01", _mt(*minimax01.MODEL_TYPES), minimax01.build),
     # MiniMax-M3: the flat text config (aiconfigurator's copy) or vLLM's / transformers' text-config types
     Family("minimax-m3", _mt("minimax_m3", "minimax_m3_text", "minimax_m3_vl_text"), minimax_m3.build),
     # Step-3.7: the step3p7 wrapper (its text_config is model_type step3p5) or the flat text-only file
@@ -101,7 +103,7 @@ def text_view(top: Cfg) -> Cfg:
 FOREIGN_CACHE_FIELDS: dict[str, tuple[str, ...]] = {
     "linear-attention state": ("linear_num_value_heads", "linear_num_key_heads", "linear_key_head_dim",
                                "linear_value_head_dim", "linear_conv_kernel_dim", "full_attention_interval",
-                               "linear_attn_config"),
+                               "linear_attn_config", "attn_type_list", "decoder_attention_types"),
     "Mamba/SSM state": ("mamba_d_state", "mamba_d_conv", "mamba_expand", "mamba_num_heads", "ssm_state_size",
                         "state_size", "time_step_rank", "hybrid_override_pattern", "layers_block_type",
                         "attn_layer_period", "mamba_dt_rank", "ssm_cfg"),

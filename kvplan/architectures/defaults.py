@@ -52,10 +52,18 @@ CLASS_DEFAULTS: dict[str, dict[str, object]] = {
         "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128, "max_position_embeddings": 128_000,
         "num_experts_per_tok": 8, "n_routed_experts": 288, "moe_intermediate_size": 1280, "share_expert_dim": 1280,
     },
+    # MiniMaxConfig (transformers 5.24 models/minimax): a re-saved -hf config.json omits fields equal to these; the
+    # remote-code MiniMaxText01Config / MiniMaxM1Config take the same defaults
+    "minimax": {
+        "vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "max_position_embeddings": 131_072,
+        "num_local_experts": 8, "num_experts_per_tok": 2,
+    },
 }
 
 ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon", "gemma3": "gemma3_text", "gemma4": "gemma4_text",
-           "step3p7": "step3p5", "mllama": "mllama_text_model"}
+           "step3p7": "step3p5", "mllama": "mllama_text_model", "minimax_text_01": "minimax",
+           "minimax_m1": "minimax"}
 
 
 def for_model_type(model_type: str) -> dict[str, object]:

@@ -33,6 +33,9 @@ src/models/<arch>.cpp `load_arch_hparams`), src/llama-hparams.cpp `set_swa_patte
   `.attention.sliding_window_pattern` array, head counts per layer, the sliding layers' head dims from
   key_length_swa / value_length_swa. Gemma 4's last `.attention.shared_kv_layers` layers reuse the last own layer of
   their kind (SharedKV, no cache of their own).
+* MiniMax-01 (minimax-01): recurrent (lightning) layers by `.attention.recurrent_layers` when present, else where
+  (il + 1) % full_attention_interval != 0 (default 8; src/models/minimax-01.cpp load_arch_hparams); each keeps no
+  r row and an s row of key_length^2 x head_count (n_embd_head_la = n_embd_head_k_full, src/llama-hparams.cpp).
 * MLA (deepseek2): llama.cpp's `is_mla` is `.attention.key_length_mla` and `.value_length_mla` both present; the
   cache then holds key_length x head_count_kv (576 = kv_lora_rank + rope) per layer. Without them (GGUFs
   converted before MLA) llama.cpp caches plain K/V with the file's head counts and lengths.
@@ -59,6 +62,7 @@ from kvplan.spec import (
     KimiDeltaState,
     LatentAttention,
     LayerCache,
+    LightningState,
     LinearAttentionState,
     MambaState,
     ModelSpec,
@@ -84,7 +88,9 @@ class Arch:
     swa_fixed_window: bool = False  # llama.cpp sets n_swa itself, ignoring the file's value (llama4 chunk 8192)
     ignores_swa: bool = False  # llama.cpp turns SWA off although the file has a window (phi3)
     recurrent: str = "none"  # none | all | kv0 | kv0_ff0 | interval
-    state: str = ""  # mamba1 | mamba2 | gdn (gated delta net, qwen3next) | kda | kda-k3 (Kimi Delta Attention) | shortconv (LFM2)
+    state: str = ""  # mamba1 | mamba2 | gdn (gated delta net, qwen3next) | kda | kda-k3 (Kimi Delta Attention) |
+    # shortconv (LFM2) | lightning (MiniMax-01)
+    interval: int = 4  # recurrent="interval": full_attention_interval when the file has none
     attends_too: bool = False  # recurrent layers attend as well (falcon-h1: parallel hybrid)
     mla: bool = False  # deepseek2: latent cache when the *_mla keys are present
     dsa: str = ""  # DeepSeek sparse attention: "all" (deepseek32) or "types" (glm-dsa: indexer.types / defaults);
@@ -143,6 +149,8 @@ ARCHS: dict[str, Arch] = {
     # T5 / Flan-T5 / mT5 (src/models/t5.cpp): llama_kv_cache holds block_count (the ENCODER's layer count) layers of
     # self-attention K/V, head_count x key_length; cross-attention K/V are recomputed from the encoder output
     "t5": Arch("t5"),
+    # MiniMax-Text-01 / MiniMax-M1: lightning attention on every layer but each 8th
+    "minimax-01": Arch("minimax-01", recurrent="interval", state="lightning", interval=8),
 }
 
 # Read generically these would be sized wrong (other recurrent states, shared KV, encoder-decoders, encoders).
@@ -274,7 +282,7 @@ def _recurrent_layers(k: _Keys, a: Arch, n: int, kv: list[int]) -> list[bool]:
                 raise ConfigError(f"{k.h.source}: {k.arch}.attention.recurrent_layers has {len(flags)} entries "
                                   f"for {n} layers")
             return [bool(f) for f in flags]
-        every = k.int("full_attention_interval", 4) or 4
+        every = k.int("full_attention_interval", a.interval) or a.interval
         return [(il + 1) % every != 0 for il in range(n)]
     return [False] * n
 
@@ -292,7 +300,7 @@ def _kda(k: _Keys, a: Arch, n_head: int) -> KimiDeltaState:
                           gate_lower_bound=float(bound) if isinstance(bound, (int, float)) else None)
 
 
-def _state(k: _Keys, a: Arch, n_head: int) -> LayerCache:
+def _state(k: _Keys, a: Arch, n_head: int, head_dim: int) -> LayerCache:
     if a.state in ("kda", "kda-k3"):
         return _kda(k, a, n_head)
     if a.state == "shortconv":  # LFM2: n_embd_r() = n_embd x (shortconv.l_cache - 1), no S row (n_embd_s() = 0)
@@ -301,6 +309,11 @@ def _state(k: _Keys, a: Arch, n_head: int) -> LayerCache:
         if l_cache < 2:
             raise ConfigError(f"{k.h.source}: {k.arch}.shortconv.l_cache must be at least 2, found {l_cache}")
         return ShortConvState(n_embd, l_cache)
+    if a.state == "lightning":  # n_embd_s = n_embd_head_la^2 x n_head, n_embd_head_la = key_length; no r row
+        if not n_head or not head_dim:
+            raise ConfigError(f"{k.h.source}: {k.arch}.attention.head_count and key_length must be above 0 for "
+                              "lightning-attention layers")
+        return LightningState(0, 1, num_heads=n_head, head_dim=head_dim)
     conv, inner, state = k.int("ssm.conv_kernel"), k.int("ssm.inner_size"), k.int("ssm.state_size")
     if a.state == "mamba1":
         k.check(f"a '{k.arch}' model")
@@ -373,7 +386,7 @@ def _caches(k: _Keys, a: Arch, n: int) -> tuple[list[tuple[int, LayerCache]], li
         raise ConfigError(f"{k.h.source}: an '{k.arch}' GGUF with a sliding window (hybrid iSWA memory: "
                           "short-convolution state beside SWA attention) is not modelled by kvplan yet")
     recurrent = _recurrent_layers(k, a, n, kv)
-    state = _state(k, a, heads[0] if heads else 0) if any(recurrent) else None
+    state = _state(k, a, heads[0] if heads else 0, dk) if any(recurrent) else None
     nextn = k.int("nextn_predict_layers", 0)
     if nextn:
         notes.append(f"the last {nextn} block(s) are multi-token-prediction layers: llama.cpp gives them no KV cache "

@@ -170,6 +170,8 @@ def _zamba2(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
     n = long[0] if long else _max_position(c)
     dim = 2 * int(c.get("hidden_size", default=2560)) // int(c.get("num_attention_heads", default=32))
     return (RopeTable(rows(parameters(c), n), dim),) if n and dim else ()
+
+
 def _cohere2(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
     """Cohere2: every layer builds get_rope(head_dim, max_position=model_max_length or max_position_embeddings,
     rope_parameters, is_neox_style=False) (vLLM 0.32 and SGLang 0.5.10 commandr.py CohereAttention); the NoPE layers
@@ -181,10 +183,17 @@ def _cohere2(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
     return (RopeTable(rows(rp, n), dim),) if n and dim else ()
 
 
+def _minimax01(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
+    """MiniMax-01 (vLLM 0.10.1-0.23 models/minimax_text_01.py): one table of rotary_dim (else head_dim) built in fp32
+    (0.10.x MiniMaxText01RotaryEmbedding cache_dtype=torch.float32; 0.13+ get_rope(dtype=torch.float32)) over
+    max_position = min(max_position_embeddings, max_model_len)."""
+    return tuple(RopeTable(t.rows, t.dim, fp32=True, capped=True) for t in _one(c))
+
+
 FAMILY_TABLES: dict[str, Callable[[Cfg, Cfg], tuple[RopeTable, ...]]] = {
     "gemma": _gemma, "gemma3n": _gemma, "gemma4": _gemma4, "mimo-v2-flash": _mimo, "deepseek-mla": _mla,
     "deepseek-v4": _mla, "gpt-oss": _gpt_oss, "chatglm": _chatglm, "falcon": _falcon, "llama4": _llama4,
-    "granite-hybrid": _granite_hybrid, "zamba2": _zamba2, "cohere2": _cohere2,
+    "granite-hybrid": _granite_hybrid, "zamba2": _zamba2, "cohere2": _cohere2, "minimax-01": _minimax01,
 }
 
 

@@ -248,6 +248,8 @@ FIELDS: dict[str, Rule] = {
     **_fields(_WIDTH, "dense_intermediate_size"),
     **_fields(_LAYER_COUNT, "num_mtp_modules"),
     **_fields(_FLAG, "use_routing_bias"),
+    # MiniMax-01 (MiniMax-Text-01 / M1 remote code, vLLM): 0 = lightning attention, 1 = softmax attention, per layer
+    **_fields(Rule("int_list", 0, 1), "attn_type_list", "decoder_attention_types"),
 }
 # Fields whose names mean something else elsewhere, checked only inside their container.
 _ROPE = {"factor": Rule("number", 0, MAX_FACTOR), "type": _TEXT}

@@ -20,8 +20,9 @@ from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
 from kvplan.parallel import heads_unsplit
 from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
-                         KimiDeltaState, LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState,
-                         SharedKV, ShortConvState, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
+                         KimiDeltaState, LightningState, LinearAttentionState, MambaState, ModelSpec, NoCache,
+                         RecurrentState, SharedKV, ShortConvState, SlidingWindow, SparseLatentAttention,
+                         WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -160,6 +161,18 @@ class ShortConvStateLayer(StateLayer):
         return [tensor("conv_states", (batch, c.conv_dim, c.conv_kernel), p.kvd.state or p.model_dt)]
 
 
+@dataclass(frozen=True)
+class LightningStateLayer(StateLayer):
+    """MiniMax-01 lightning layers (models/minimax MiniMaxCache.linear_cache): one [batch, heads, head_dim, head_dim]
+    tensor per layer, made by MiniMaxLightningAttention.forward as torch.zeros(..., dtype=value_states.dtype) and
+    updated in that dtype (the compute dtype); no conv window. The softmax layers keep DynamicLayer K/V. The
+    remote-code model types (minimax_text_01, minimax_m1) are sized as this native class builds them (the -hf
+    checkpoints), not as their Hub modeling code (which keeps the state in fp32)."""
+
+    def tensors(self, c: LightningState, ctx: int, batch: int, p: "Prepared") -> list:
+        return [tensor("linear_cache", (batch, *c.ssm_shape), p.kvd.state or p.model_dt)]
+
+
 KIND_RULES: dict[type, Any] = {
     FullAttention: KVLayer(),
     WindowBeyondContext: KVLayer(),  # a window beyond the context is full attention here
@@ -174,6 +187,7 @@ KIND_RULES: dict[type, Any] = {
     LinearAttentionState: StateLayer("recurrent_states"),
     KimiDeltaState: KimiStateLayer("recurrent_states"),
     ShortConvState: ShortConvStateLayer("conv_states"),
+    LightningState: LightningStateLayer("linear_cache"),
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
     **layout.DEEPSEEK_V4_NOT_MODELLED,
@@ -246,7 +260,13 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     if kinds & {LatentAttention, SparseLatentAttention}:
         notes.append("MLA cached as the latent (512 + 64) since transformers 5.15" if selected.rules.mla_latent
                      else "MLA cached as decompressed K/V (transformers <= 5.14)")
-    if any(issubclass(k, RecurrentState) for k in kinds):
+    if LightningState in kinds:
+        notes.append(f"lightning-attention state [batch, heads, head_dim, head_dim] in {(kvd.state or model_dt).name} "
+                     "(models/minimax MiniMaxCache.linear_cache)")
+        if spec.model_type != "minimax":
+            notes.append(f"model_type {spec.model_type} is Hub remote code: sized as transformers' native MiniMax "
+                         "class (model_type minimax, the -hf checkpoints) builds it")
+    if any(issubclass(k, RecurrentState) and k is not LightningState for k in kinds):
         notes.append(f"conv state at full kernel width in {model_dt.name}, SSM/recurrent state in "
                      f"{(kvd.state or dtypes.KV_DTYPES['fp32']).name}")
     return Prepared(selected, spec, kvd, tuple(notes), model_dt)

@@ -29,11 +29,14 @@ from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
 from kvplan.parallel import heads_unsplit
 from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, KimiDeltaState,
+                         LightningState,
                          LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState, SharedKV,
                          ShortConvState, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
+
+
 class Rules:
     fixed_pad: bool  # n_ctx padded to 256 always (else 256 with flash attention, 32 without)
     streams: bool  # per-slot streams when not kv_unified
@@ -62,6 +65,8 @@ def select_version(requested: str | None) -> Selected[Rules]:
 
 
 @dataclass(frozen=True)
+
+
 class Cells:
     base: int  # cells per stream for full layers
     swa: int  # cells per stream for SWA/chunked layers
@@ -99,6 +104,8 @@ def cells(ctx: int, batch: int, rules: Rules, unified: bool, ubatch: int, swa_fu
 
 # ---------------------------------------------------------------------------------------------- kind rules
 @dataclass(frozen=True)
+
+
 class KVCells:
     """llama_kv_cache: per layer K [n_embd_k_gqa, cells, streams] of type_k and V likewise of type_v. swa: the
     layer lives in the SWA cache (llama_kv_cache_iswa), whose cells cover the window."""
@@ -126,6 +133,8 @@ class KVCells:
 
 
 @dataclass(frozen=True)
+
+
 class LatentCells(KVCells):
     """MLA GGUFs: K = the latent (kv_lora_rank + rope); older builds store V (kv_lora_rank) beside it."""
 
@@ -139,6 +148,8 @@ class LatentCells(KVCells):
 
 
 @dataclass(frozen=True)
+
+
 class IndexerCells(KVCells):
     """DSA (deepseek32, glm-dsa): llama_kv_cache_dsa keeps a second llama_kv_cache for the lightning indexer's keys,
     one head of indexer.key_length per cell in type_k and no V (src/llama-kv-cache-dsa.cpp), on the layers whose
@@ -152,6 +163,8 @@ class IndexerCells(KVCells):
 
 
 @dataclass(frozen=True)
+
+
 class MsaIndexerCells(KVCells):
     """MiniMax-M3 (minimax-m3): llama_kv_cache_msa keeps a second llama_kv_cache for the index keys on the sparse
     layers (src/llama-kv-cache-msa.cpp: hparams copied with n_head_kv 1 and n_embd_head_k = indexer.key_length).
@@ -166,6 +179,8 @@ class MsaIndexerCells(KVCells):
 
 
 @dataclass(frozen=True)
+
+
 class ZeroHeadCells(KVCells):
     """An attention layer without KV heads: in the cache with a zero-width K; with -fa off (V stored transposed) it
     still gets a V row of the widest layer's width (src/llama-kv-cache.cpp: n_embd_v_gqa_max() when v_trans)."""
@@ -177,6 +192,8 @@ class ZeroHeadCells(KVCells):
 
 
 @dataclass(frozen=True)
+
+
 class RecurrentRows:
     """llama_memory_recurrent: r (conv) and s (SSM) rows in f32 for max(1, n_seq) sequences. r is (kernel - 1) x
     conv_dim and s the recurrent matrix: for Kimi Delta Attention (kimi-linear, kimi-k3) that is llama_hparams
@@ -199,6 +216,8 @@ class RecurrentRows:
 
 
 @dataclass(frozen=True)
+
+
 class ShortConvRows(RecurrentRows):
     """LFM2 / LFM2-MoE (lfm2, lfm2moe): the short-convolution layers live in llama_memory_hybrid's
     llama_memory_recurrent with r rows of n_embd_r() = n_embd x (shortconv.l_cache - 1) and s rows of n_embd_s() =
@@ -208,6 +227,15 @@ class ShortConvRows(RecurrentRows):
     def layer(self, c: ShortConvState, cl: Cells, batch: int, p: "Prepared") -> tuple[list, int]:
         mem, st = max(1, batch), p.kvd.state or F32
         return [tensor("r (conv state)", (mem, (c.conv_kernel - 1) * c.conv_dim), st)], 0
+
+
+class LightningRows(RecurrentRows):
+    """MiniMax-01 lightning layers (src/models/minimax-01.cpp: hparams.n_embd_head_la = the head size): no conv row
+    (n_embd_r() = 0, no ssm_d_conv) and an s row of n_embd_s() = n_embd_head_la^2 x n_head() (src/llama-hparams.cpp)
+    per sequence, f32 unless -ctk / --state-dtype says otherwise, for max(1, n_seq) sequences."""
+
+    def layer(self, c: RecurrentState, cl: Cells, batch: int, p: "Prepared") -> tuple[list, int]:
+        return [tensor("s (ssm state)", (max(1, batch), prod(c.ssm_shape)), p.kvd.state or F32)], 0
 
 
 KIND_RULES: dict[type, Any] = {
@@ -223,6 +251,7 @@ KIND_RULES: dict[type, Any] = {
     MambaState: RecurrentRows(),
     LinearAttentionState: RecurrentRows(),
     ShortConvState: ShortConvRows(),  # n_embd_r = n_embd x (L_cache - 1), n_embd_s = 0
+    LightningState: LightningRows(),
     KimiDeltaState: RecurrentRows(),  # n_embd_r = 3 x (d_conv - 1) x n_head x head_dim, n_embd_s = head_dim^2 x n_head
     SharedKV: layout.NO_CACHE,
     NoCache: ZeroHeadCells(),
@@ -259,6 +288,8 @@ def t5_caches(spec: ModelSpec) -> tuple[tuple[tuple[int, Any], ...], int]:
 
 # ---------------------------------------------------------------------------------------------- layout
 @dataclass(frozen=True)
+
+
 class Prepared(layout.StagedLayout):
     selected: Selected[Rules]
     spec: ModelSpec
@@ -363,6 +394,21 @@ def _check_swa_layers(spec: ModelSpec) -> None:
                                      "build_attn_inp_kv): it would run this config's sliding layers as full attention")
 
 
+def _check_minimax01(spec: ModelSpec) -> None:
+    """A MiniMax-01 config.json becomes a GGUF through convert_hf_to_gguf (b11434 conversion/minimax.py), which maps
+    MiniMaxText01ForCausalLM and MiniMaxM1ForCausalLM only and writes no layer pattern: llama.cpp then makes every
+    8th layer full attention (src/models/minimax-01.cpp load_arch_hparams, full_attention_interval default 8). A
+    config whose attn_type_list says otherwise, or transformers' native MiniMaxForCausalLM, is refused."""
+    if spec.architecture not in ("MiniMaxText01ForCausalLM", "MiniMaxM1ForCausalLM"):
+        raise layout.UnsupportedKind(f"llama.cpp's converter (b11434 conversion/__init__.py) takes MiniMax-01 as "
+                                     f"MiniMaxText01ForCausalLM or MiniMaxM1ForCausalLM, not {spec.architecture}")
+    lightning = {i for i, c in spec.caches if isinstance(c, LightningState)}
+    if lightning != {i for i in range(spec.num_layers) if (i + 1) % 8}:
+        raise layout.UnsupportedKind("llama.cpp makes every 8th MiniMax-01 layer full attention (src/models/"
+                                     "minimax-01.cpp; the converter writes no layer pattern), which this config's "
+                                     "attn_type_list does not: size the GGUF itself")
+
+
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
     layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
@@ -371,6 +417,8 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
                          "for a layer split over N GPUs")
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     _check_swa_layers(spec)
+    if spec.family == "minimax-01" and spec.stored_format is None:
+        _check_minimax01(spec)
     rules = selected.rules
     unified = bool(opts.get("kv_unified") or False)
     t5 = spec.family in T5_FAMILIES

@@ -19,8 +19,8 @@ from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
 from kvplan.parallel import heads_floor, pad_to
 from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
-                         KimiDeltaState, LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState,
-                         SharedKV, ShortConvState, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
+                         KimiDeltaState, LightningState, LinearAttentionState, MambaState, ModelSpec, NoCache,
+                         RecurrentState, SharedKV, ShortConvState, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -230,6 +230,9 @@ KIND_RULES: dict[type, Any] = {
     LinearAttentionState: StateSlots(),
     KimiDeltaState: KdaSlots(),
     ShortConvState: ShortConvSlots(),
+    LightningState: layout.Unsupported("SGLang 0.5.10 has no MiniMax-Text-01 / MiniMax-M1 model (srt/models; its "
+                                       "lightning-attention pool serves BailingMoeV2_5 only, model_runner.py "
+                                       "hybrid_lightning_config)"),
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
     **layout.DEEPSEEK_V4_NOT_MODELLED,

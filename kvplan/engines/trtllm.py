@@ -15,8 +15,8 @@ from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select
 from kvplan.parallel import heads_ceil
 from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
-                         KimiDeltaState, LinearAttentionState, MambaState, ModelSpec, NoCache, RecurrentState,
-                         SharedKV, ShortConvState, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
+                         KimiDeltaState, LightningState, LinearAttentionState, MambaState, ModelSpec, NoCache,
+                         RecurrentState, SharedKV, ShortConvState, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -149,6 +149,9 @@ KIND_RULES: dict[type, Any] = {
     MambaState: StateBuffers(),
     LinearAttentionState: StateBuffers(),
     ShortConvState: layout.NotModelled("kvplan has not read TensorRT-LLM's source for LFM2's short-conv layers"),
+    LightningState: layout.Unsupported("TensorRT-LLM has no MiniMax-Text-01 / MiniMax-M1 model "
+                                       "(tensorrt_llm/_torch/models/_arch_index.py MODEL_ARCH_TO_MODULE lists "
+                                       "MiniMax-M2 and MiniMax-M3 only)"),
     KimiDeltaState: layout.NotModelled("TensorRT-LLM runs Kimi-K3 (examples/kimi_k3: KVCacheManagerV2, or the V1 "
                                        "MixedMambaHybridCacheManager) but kvplan has not read how it pools the Kimi "
                                        "Delta Attention state"),

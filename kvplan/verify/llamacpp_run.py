@@ -277,7 +277,7 @@ def printed_mib(nbytes: int) -> str:
 # ---------------------------------------------------------------------------------------------- the comparison
 ATTENTION = ("full", "mla", "sliding", "chunked", "none")  # "none": a zero-head layer's padded V row (-fa off)
 SLIDING = ("sliding", "chunked")
-STATE = ("mamba_state", "linear_state", "conv_state")
+STATE = ("mamba_state", "linear_state", "conv_state", "lightning_state")
 
 
 def _bytes(groups: list[dict], prefix: str) -> int:
