@@ -113,9 +113,9 @@ def test_m1_vllm_fp32_state_doubles_the_page_from_021():
 
 
 @pytest.mark.parametrize("engine, says", [
-    ("vllm", "removed in vLLM 0.24"),  # the default, newest rules
-    ("vllm@0.32", "removed in vLLM 0.24"),
-    ("vllm@0.24", "vllm@0.23 or earlier"),
+    ("vllm", "supported until v0.23.0"),  # the default, newest rules
+    ("vllm@0.32", "supported until v0.23.0"),
+    ("vllm@0.24", "vllm@0.23.0 or earlier"),
     ("vllm@0.10.0", "V0 engine only"),
     ("sglang", "SGLang 0.5.10 has no MiniMax-Text-01"),
     ("trtllm", "TensorRT-LLM has no MiniMax-Text-01"),
