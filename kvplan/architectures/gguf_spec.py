@@ -28,6 +28,10 @@ src/models/<arch>.cpp `load_arch_hparams`), src/llama-hparams.cpp `set_swa_patte
   cache then holds key_length x head_count_kv (576 = kv_lora_rank + rope) per layer. Without them (GGUFs
   converted before MLA) llama.cpp caches plain K/V with the file's head counts and lengths.
 * `.nextn_predict_layers` (GLM-4.5 MTP): the last N blocks keep no KV (`n_layer_kv_from_start`).
+* Gemma-3n (gemma3n): window and per-layer sliding flags as above (period 5 without the array), and only the
+  first 20 layers keep K/V: src/models/gemma3n.cpp sets n_layer_kv_from_start = 20 whatever the file's
+  `.attention.shared_kv_layers` says; each later layer reuses layer 18 (sliding) or 19 (full) (llama-model.cpp
+  create_memory's reuse callback).
 
 Weights: one WeightPart per tensor with its exact stored bytes (ggml type and shape from the tensor infos), so
 weight bytes are the sum of what the file holds; the role comes from the tensor name (token_embd, output, *norm,
@@ -54,6 +58,7 @@ from kvplan.spec import (
     MambaState,
     ModelSpec,
     NoCache,
+    SharedKV,
     SlidingWindow,
     SparseLatentAttention,
     WeightPart,
@@ -77,6 +82,7 @@ class Arch:
     mla: bool = False  # deepseek2: latent cache when the *_mla keys are present
     dsa: str = ""  # DeepSeek sparse attention: "all" (deepseek32) or "types" (glm-dsa: indexer.types / defaults)
     no_position_limit: bool = False  # pure state-space: context_length is nominal
+    kv_from_start: int = 0  # > 0: only layers below it keep K/V, later ones reuse n - 2 (sliding) / n - 1 (gemma3n)
 
 
 _PLAIN = Arch()
@@ -97,6 +103,7 @@ ARCHS: dict[str, Arch] = {
     "phi3": Arch(ignores_swa=True),
     "gemma2": Arch("gemma", "standard", 2, swa_window=4096),
     "gemma3": Arch("gemma", "standard", 6),
+    "gemma3n": Arch("gemma3n", "standard", 5, kv_from_start=20),
     "cohere2": Arch(swa="standard", swa_period=4),
     "olmo2": Arch(swa="standard", swa_period=4),
     "gpt-oss": Arch("gpt-oss", "standard", 2),
@@ -123,7 +130,7 @@ ARCHS: dict[str, Arch] = {
 NOT_MODELLED = {
     "rwkv6": "RWKV-6 recurrent state", "rwkv6qwen2": "RWKV-6 recurrent state", "rwkv7": "RWKV-7 recurrent state",
     "arwkv7": "RWKV-7 recurrent state", "lfm2": "LFM2 short-convolution state", "lfm2moe": "LFM2 short-convolution state",
-    "plamo2": "PLaMo-2 hybrid state", "gemma3n": "Gemma-3n shared KV layers",
+    "plamo2": "PLaMo-2 hybrid state",
     "gemma4": "Gemma-4 shared KV layers", "t5": "an encoder-decoder", "t5encoder": "an encoder",
     "bert": "an encoder", "nomic-bert": "an encoder", "nomic-bert-moe": "an encoder", "jina-bert-v2": "an encoder",
     "jina-bert-v3": "an encoder", "modern-bert": "an encoder", "neo-bert": "an encoder", "eurobert": "an encoder",
@@ -342,6 +349,9 @@ def _caches(k: _Keys, a: Arch, n: int) -> tuple[list[tuple[int, LayerCache]], li
     for il in range(n):
         if il >= n - nextn:
             caches.append((il, NoCache()))
+            continue
+        if a.kv_from_start and il >= a.kv_from_start:  # llama_hparams::has_kv false: reuses an earlier layer
+            caches.append((il, SharedKV(a.kv_from_start - (2 if swa[il] else 1))))
             continue
         if recurrent[il]:
             caches.append((il, state))

@@ -204,6 +204,8 @@ REFUSED_FAMILIES = dict.fromkeys(("granite-hybrid", "bamba"), "not modelled: kvp
                                  "Granite-4.0-H / Bamba code")
 REFUSED_FAMILIES["zamba2"] = ("TensorRT-LLM has no Zamba2 model (no _torch/models/modeling_zamba2.py, no "
                               "tensorrt_llm/models/zamba2)")
+REFUSED_FAMILIES["gemma3n"] = ("TensorRT-LLM has no Gemma-3n model (no Gemma3n architecture in _torch/models/"
+                               "_arch_index.py MODEL_ARCH_TO_MODULE nor in tensorrt_llm/models MODEL_MAP)")
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
