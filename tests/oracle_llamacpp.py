@@ -198,6 +198,29 @@ def t_gemma(m: Model) -> list:
     return out
 
 
+def t_gemma3n(m: Model) -> list:
+    """gemma3n (src/models/gemma3n.cpp load_arch_tensors): K/V projections on every layer (the checkpoint ships them
+    for the shared layers too), AltUp / LAuReL / per-layer-input tensors at llama.cpp's fixed sizes (hparams
+    n_altup 4, laurel_rank 64, n_embd_altup 256: the loader reads none of them from the file); output tied."""
+    e, ff, alt, rank, ple, n = m.hp["embedding_length"], m.hp["feed_forward_length"], 4, 64, 256, m.hp["block_count"]
+    out = [("token_embd.weight", (e, VOCAB)), ("output_norm.weight", (e,)), ("altup_proj.weight", (e, e, alt - 1)),
+           ("altup_unembd_proj.weight", (e, e, alt - 1)), ("per_layer_token_embd.weight", (ple * n, VOCAB)),
+           ("per_layer_model_proj.weight", (e, ple * n)), ("per_layer_proj_norm.weight", (ple,))]
+    for i in range(n):
+        h, kv, dk, dv = _heads(m, i)
+        b = f"blk.{i}."
+        out += [(b + "attn_norm.weight", (e,)), *_qkv(i, e, dk * h, dk * kv, dv * kv),
+                (b + "attn_output.weight", (dk * h, e)), (b + "attn_q_norm.weight", (dk,)),
+                (b + "attn_k_norm.weight", (dk,)), (b + "post_attention_norm.weight", (e,)),
+                (b + "ffn_norm.weight", (e,)), *_mlp(i, e, ff), (b + "post_ffw_norm.weight", (e,)),
+                (b + "inp_gate.weight", (e, ple)), (b + "proj.weight", (ple, e)), (b + "post_norm.weight", (e,)),
+                (b + "altup_correct_coef.weight", (alt, alt)), (b + "altup_correct_scale.weight", (e,)),
+                (b + "altup_predict_coef.weight", (alt, alt * alt)), (b + "altup_router.weight", (e, alt)),
+                (b + "altup_router_norm.weight", (e,)), (b + "laurel_l.weight", (e, rank)),
+                (b + "laurel_r.weight", (rank, e)), (b + "laurel_post_norm.weight", (e,))]
+    return out
+
+
 def t_gpt_oss(m: Model) -> list:
     e, nx, fx = m.hp["embedding_length"], m.hp["expert_count"], m.hp["expert_feed_forward_length"]
     out = _embd_out(m)
@@ -700,6 +723,14 @@ MODELS: dict[str, Model] = {m.name: m for m in (
        attention__key_length=64, attention__value_length=64, rope__dimension_count=64,
        attention__sliding_window=128, attention__sliding_window_pattern=[True, False, True, True], expert_count=4,
        expert_used_count=2, expert_feed_forward_length=32),
+    # Gemma-3n: 4 sliding (512) : 1 full, 8 heads / 2 KV x 256, the sliding_window_pattern array the converter
+    # writes from layer_types; 25 layers so that llama.cpp's fixed n_layer_kv_from_start 20 leaves 5 reusing layers
+    # (4 sliding -> layer 18, 1 full -> layer 19) whatever shared_kv_layers says (here 5, as written)
+    _m("gemma3n", "gemma3n", "Gemma-3n E2B/E4B (4:1 sliding 512, 2 kv x 256, K/V on the first 20 layers)",
+       t_gemma3n, block_count=25, embedding_length=64, feed_forward_length=64, attention__head_count=8,
+       attention__head_count_kv=2, attention__key_length=256, attention__value_length=256,
+       attention__sliding_window=512, attention__shared_kv_layers=5,
+       attention__sliding_window_pattern=[(i + 1) % 5 != 0 for i in range(25)]),
     # Llama-4-Scout: chunked attention (llama.cpp fixes the chunk at 8192), 3 chunked : 1 full, 8 kv x 128
     _m("llama4", "llama4", "Llama-4-Scout (chunked 8192, 3:1, 8 kv x 128)", t_llama4, block_count=4,
        embedding_length=64, feed_forward_length=64, attention__head_count=8, attention__head_count_kv=8,
@@ -1017,6 +1048,9 @@ CASES: list[Case] = [
     Case("cohere2-np3-c2000-kvu", "cohere2", 2000, batch=3, kvu=True),
     Case("smollm3-c4096", "smollm3", 4096),
     Case("smollm3-np2-c3000", "smollm3", 3000, batch=2),
+    Case("gemma3n-c4096", "gemma3n", 4096),
+    Case("gemma3n-np2-c3000", "gemma3n", 3000, batch=2),
+    Case("gemma3n-c8192-swa-full", "gemma3n", 8192, swa_full=True),
     Case("gpt-oss-c4096", "gpt-oss", 4096),
     Case("gpt-oss-np4-c1000-kvu", "gpt-oss", 1000, batch=4, kvu=True),
     Case("gpt-oss-np2-c3000", "gpt-oss", 3000, batch=2),

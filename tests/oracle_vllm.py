@@ -157,6 +157,28 @@ def _write_whisper_tokenizer(folder: Path) -> None:
 SSM32 = (("mamba_ssm_cache_dtype", "float32"),)
 
 
+def _gemma3n(n: int, shared: int, heads: int, kv_heads: int, head_dim: int, window: int, *, layer_types: bool = True,
+             intermediate: Any = SCALED_FFN) -> dict[str, Any]:
+    """A Gemma3nForCausalLM text config (no genuine Gemma-3n config.json was found to scale): the E2B/E4B layer
+    pattern (4 sliding : 1 full, `layer_types` written out or left to the class default), the last `shared` layers
+    reusing KV, AltUp of 4, LAuReL, 16-wide per-layer inputs over the scaled vocabulary, two sparse-activation layers
+    and gelu_pytorch_tanh (vLLM's Gemma3nMLP accepts no other)."""
+    d: dict[str, Any] = {
+        "architectures": ["Gemma3nForCausalLM"], "model_type": "gemma3n_text", "vocab_size": SCALED_VOCAB,
+        "vocab_size_per_layer_input": SCALED_VOCAB, "hidden_size": 256, "hidden_size_per_layer_input": 16,
+        "intermediate_size": intermediate, "num_hidden_layers": n, "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads, "head_dim": head_dim, "num_kv_shared_layers": shared,
+        "sliding_window": window, "max_position_embeddings": 32768, "rope_theta": 1000000.0,
+        "rope_local_base_freq": 10000.0, "altup_num_inputs": 4, "altup_active_idx": 0, "altup_coef_clip": 120.0,
+        "altup_correct_scale": True, "laurel_rank": 8, "activation_sparsity_pattern": [0.95] * 2 + [0.0] * (n - 2),
+        "hidden_activation": "gelu_pytorch_tanh", "final_logit_softcapping": 30.0, "rms_norm_eps": 1e-6,
+        "query_pre_attn_scalar": head_dim, "attention_bias": False, "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16", "pad_token_id": 0, "eos_token_id": 1, "bos_token_id": 2}
+    if layer_types:
+        d["layer_types"] = ["full_attention" if (i + 1) % 5 == 0 else "sliding_attention" for i in range(n)]
+    return d
+
+
 MODELS: dict[str, Model] = {
     # plain GQA / MHA / MQA decoders (4 or 2 layers: one full-attention group)
     "llama-3.1-8b": Model("meta-llama--Llama-3.1-8B", {"num_hidden_layers": 4, "hidden_size": 256, "head_dim": 128},
@@ -383,6 +405,22 @@ MODELS: dict[str, Model] = {
     # use_sliding_window on: SmolLM3Config slides the NoPE layers (3, 7) over sliding_window 1024
     "smollm3-swa": Model(None, {}, "8 layers: 6 full + 2 sliding NoPE (window 1024), 4/1 x 128",
                          raw=_smollm3({"use_sliding_window": True, "sliding_window": 1024}), max_model_len=8192),
+    # Gemma-3n text (no genuine config bundled): the last num_kv_shared_layers layers register no KV spec
+    # (kv_sharing_target_layer_name, models/gemma3n.py Gemma3nAttention), so only the earlier layers hold a cache
+    "gemma-3n-e2b": Model(None, {}, "10 layers 4:1 sliding 512 / full, 8/2 x 256; the last 5 share KV, so 4 sliding + "
+                          "1 full own a cache", raw=_gemma3n(10, 5, 8, 2, 256, 512)),
+    "gemma-3n-e4b": Model(None, {}, "15 layers (class-default 4:1 pattern, no layer_types), 4/1 x 128, window 256, "
+                          "per-layer FFN widths; the last 5 share KV: 8 sliding + 2 full own a cache",
+                          raw=_gemma3n(15, 5, 4, 1, 128, 256, layer_types=False,
+                                       intermediate=[64] * 5 + [128] * 10)),
+    "gemma-3n-noshare": Model(None, {}, "gemma-3n-e2b with num_kv_shared_layers 0: 8 sliding 512 + 2 full, every layer "
+                              "its own cache (twice e2b's page per block)", raw=_gemma3n(10, 0, 8, 2, 256, 512)),
+    # vLLM's targets are first_shared - 2 for a sliding layer, - 1 for a full one, whatever the kinds: here the sliding
+    # layer 6 reads full layer 4 and the full layer 7 sliding layer 5 (transformers: 5 and 4); the bytes do not move
+    "gemma-3n-crossed": Model(None, {}, "8 layers s s s s f s | s f, the last 2 sharing KV with vLLM's fixed offsets "
+                              "(targets of the other kind): 5 sliding + 1 full own a cache",
+                              raw={**_gemma3n(8, 2, 8, 2, 256, 512), "layer_types": [
+                                  "full_attention" if i in (4, 7) else "sliding_attention" for i in range(8)]}),
     # Qwen3.5's text models (the vision tower plays no part in the cache): its config's mamba_ssm_dtype float32 is
     # what vLLM's Qwen3_5ForCausalLMConfig makes the SSM state, with no flag
     "qwen3.5": Model("Qwen--Qwen3.5-27B", {"num_hidden_layers": 8, "hidden_size": 256, "layer_types": None},
@@ -580,6 +618,10 @@ def _variations() -> list[Case]:
         Case("cohere2", max_model_len=32768), Case("cohere2", kv_cache_dtype="fp8"), Case("cohere2", block_size=32),
         Case("cohere2-odd", max_model_len=4096), Case("cohere2-odd", kv_space_gib=2),
         Case("smollm3", kv_cache_dtype="fp8"), Case("smollm3-swa", max_model_len=4096),
+        # Gemma-3n: KV-shared layers hold nothing; the windows, blocks and budget act on the layers that own a cache
+        Case("gemma-3n-e2b", block_size=32), Case("gemma-3n-e2b", max_num_batched_tokens=512),
+        Case("gemma-3n-e2b", disable_hybrid=True), Case("gemma-3n-e2b", kv_space_gib=2),
+        Case("gemma-3n-e4b", max_model_len=8192),
         # an explicit flag overrides Qwen3.5's config (vLLM warns and uses the flag); kvplan is told the same
         Case("qwen3.5", tag="ssm-bf16", extra=(("mamba_ssm_cache_dtype", "bfloat16"),),
              kvplan_extra=("--mamba-ssm-cache-dtype", "bf16")),

@@ -92,10 +92,13 @@ def test_gemma3n_kv_shared_layers_and_params(tmp_path):
         assert size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, 2).plan.kv_bytes == truth["total"]
     shared = [g for g in r.plan.groups if g.kind == "shared"]
     assert sum(len(g.layer_ids) for g in shared) == config["num_kv_shared_layers"] and all(g.bytes == 0 for g in shared)
-    for engine in ("vllm", "sglang", "llamacpp", "trtllm"):
+    for engine in ("vllm", "llamacpp"):  # no spec for a shared layer (vLLM); n_layer_kv_from_start 20 (llama.cpp)
         plan = size(ModelOptions(str(path)), EngineOptions(engine=engine), 4096).plan
         assert all(g.bytes == 0 for g in plan.groups if g.kind == "shared")
         assert sum(len(g.layer_ids) for g in plan.groups if g.bytes) == 20
+    # SGLang's token pool has K/V buffers for all 35 layers (tests/test_gemma3n.py); TensorRT-LLM has no Gemma-3n
+    plan = size(ModelOptions(str(path)), EngineOptions(engine="sglang"), 4096).plan
+    assert sum(len(g.layer_ids) for g in plan.groups if g.bytes) == 35
 
 
 # ---------------------------------------------------------------------------------------------- Kimi Linear

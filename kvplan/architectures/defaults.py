@@ -20,6 +20,13 @@ CLASS_DEFAULTS: dict[str, dict[str, object]] = {
         "sliding_window": 512, "global_head_dim": 512, "hidden_size_per_layer_input": 256,
         "vocab_size_per_layer_input": 262_144,
     },
+    # Gemma3nTextConfig (transformers 5.24)
+    "gemma3n_text": {
+        "vocab_size": 262_400, "hidden_size": 2048, "intermediate_size": 16_384, "num_hidden_layers": 35,
+        "num_attention_heads": 8, "num_key_value_heads": 2, "head_dim": 256, "max_position_embeddings": 32_768,
+        "sliding_window": 512, "num_kv_shared_layers": 15, "hidden_size_per_layer_input": 256,
+        "vocab_size_per_layer_input": 262_144, "laurel_rank": 64, "altup_num_inputs": 4,
+    },
     "gemma2": {"sliding_window": 4096, "head_dim": 256, "max_position_embeddings": 8192},
     "gemma": {"head_dim": 256, "max_position_embeddings": 8192},
     # FalconConfig: the RefinedWeb-era configs carry no length key
@@ -61,8 +68,8 @@ CLASS_DEFAULTS: dict[str, dict[str, object]] = {
     },
 }
 
-ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon", "gemma3": "gemma3_text", "gemma4": "gemma4_text",
-           "step3p7": "step3p5", "mllama": "mllama_text_model", "minimax_text_01": "minimax",
+ALIASES = {"RefinedWeb": "falcon", "RefinedWebModel": "falcon", "gemma3": "gemma3_text", "gemma3n": "gemma3n_text",
+           "gemma4": "gemma4_text", "step3p7": "step3p5", "mllama": "mllama_text_model", "minimax_text_01": "minimax",
            "minimax_m1": "minimax"}
 
 

@@ -37,28 +37,63 @@ def build(top: Cfg, c: Cfg):
     return decoder.build(top, c, q)
 
 
+# Gemma-3n, where each rule lives (transformers 5.24 models/gemma3n: configuration_gemma3n.py (cfg), modeling (mod);
+# vLLM 0.32 model_executor/models/gemma3n.py (vg3n)):
+#   layer kinds: layer_types, else full iff (i+1) % 5 == 0 (cfg Gemma3nTextConfig.__post_init__);
+#   KV sharing: the last num_kv_shared_layers layers reuse the last earlier layer of their kind (cfg kv_sharing_modes;
+#   a kind with no earlier layer is refused there); they have q_proj, q_norm, o_proj only (mod Gemma3nTextAttention,
+#   vg3n Gemma3nAttention); vLLM registers no KV spec for them (kv_sharing_target_layer_name);
+#   per-layer input embeddings, AltUp, LAuReL: mod Gemma3nTextModel / Gemma3nTextDecoderLayer; tensor-parallel
+#   splits as vLLM builds them: per_layer_input_gate / per_layer_projection / AltUp coefficients ReplicatedLinear,
+#   LAuReL column + row, per_layer_model_projection and the AltUp projections ColumnParallelLinear (vg3n).
+GEMMA3N_SHARED_DEFAULT = 15  # Gemma3nTextConfig.num_kv_shared_layers
+
+
+def gemma3n_layer_types(c: Cfg, n: int) -> list[str]:
+    kinds = base.kinds_from_layer_types(c, n) or ["full" if (i + 1) % 5 == 0 else "sliding" for i in range(n)]
+    bad = sorted({k for k in kinds if k not in ("full", "sliding")})
+    if bad:
+        raise ConfigError(f"{c.where}: Gemma-3n layers are full or sliding attention; layer_types has {', '.join(bad)}")
+    return kinds
+
+
+def gemma3n_kv_producers(c: Cfg, kinds: list[str]) -> list[int | None]:
+    """Gemma3nTextConfig.kv_sharing_modes: the last num_kv_shared_layers layers reuse the K/V of the last earlier
+    layer of their kind; None = the layer keeps its own."""
+    n = len(kinds)
+    shared = int(c.get("num_kv_shared_layers", default=GEMMA3N_SHARED_DEFAULT) or 0)
+    if shared > n:
+        raise ConfigError(f"{c.where}: num_kv_shared_layers ({shared}) exceeds num_hidden_layers ({n})")
+    first = n - shared
+    out: list[int | None] = []
+    for i, kind in enumerate(kinds):
+        earlier = [j for j in range(first) if kinds[j] == kind] if i >= first else []
+        if i >= first and not earlier:
+            raise ConfigError(f"{c.where}: shared layer {i} ({kind} attention) has no earlier {kind} layer to reuse "
+                              f"(num_kv_shared_layers {shared} of {n}; transformers refuses this config)")
+        out.append(earlier[-1] if earlier else None)
+    return out
+
+
 def gemma3n(top: Cfg, c: Cfg):
     """Gemma-3n text (Gemma3nTextModel): the last num_kv_shared_layers layers reuse the KV of the last earlier
-    layer of their type (Gemma3nTextConfig.kv_sharing_modes) and have no k/v projections of their own;
-    per-layer intermediate sizes; AltUp, LAuReL and per-layer input embeddings around every layer."""
+    layer of their kind and have no k/v projections of their own; per-layer intermediate sizes; AltUp, LAuReL and
+    per-layer input embeddings around every layer."""
     from kvplan.spec import SharedKV, WeightPart
 
     c.need_all("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")
     n, h, vocab = c.need_int("num_hidden_layers"), c.need_int("hidden_size"), c.need_int("vocab_size")
     dims = base.attention_dims(c)
-    kinds = base.kinds_from_layer_types(c, n) or ["full" if (i + 1) % 5 == 0 else "sliding" for i in range(n)]
-    shared = int(c.get("num_kv_shared_layers", default=15) or 0)
-    first_shared = n - shared
+    kinds = gemma3n_layer_types(c, n)
+    producers = gemma3n_kv_producers(c, kinds)
     window = c.get("sliding_window", default=512)
-    caches = []
-    for i, kind in enumerate(kinds):
-        if i >= first_shared:
-            producer = max(j for j in range(first_shared) if kinds[j] == kind)
-            caches.append((i, SharedKV(producer)))
-        else:
-            caches.append((i, base.attention_cache(kind, dims, window)))
+    caches = [(i, SharedKV(p) if p is not None else base.attention_cache(kind, dims, window))
+              for i, (kind, p) in enumerate(zip(kinds, producers))]
     inter = c.get("intermediate_size", default=16384)
     inters = inter if isinstance(inter, list) else [inter] * n
+    if len(inters) != n:
+        raise ConfigError(f"{c.where}.intermediate_size: {len(inters)} values for {n} layers (transformers wants one "
+                          "per layer or one for all)")
     alt, rank = int(c.get("altup_num_inputs", default=4)), int(c.get("laurel_rank", default=64))
     per_layer = int(c.get("hidden_size_per_layer_input", default=256))
     per_vocab = int(c.get("vocab_size_per_layer_input", default=262144))
@@ -66,7 +101,7 @@ def gemma3n(top: Cfg, c: Cfg):
     for i in range(n):
         weights += base.linear("self_attn.q_proj", h, dims.heads * dims.head_dim, layer=i)
         weights += base.norm("self_attn.q_norm", dims.head_dim, layer=i)
-        if i < first_shared:
+        if producers[i] is None:
             weights += base.linear("self_attn.k_proj", h, dims.kv_heads * dims.head_dim, layer=i)
             weights += base.linear("self_attn.v_proj", h, dims.kv_heads * dims.head_dim, layer=i)
             weights += base.norm("self_attn.k_norm", dims.head_dim, layer=i)
@@ -80,17 +115,18 @@ def gemma3n(top: Cfg, c: Cfg):
             WeightPart("altup.modality_router", (alt, h), "other", "text", "replicated", i),
         ]
         weights += base.norm("altup.router_norm", h, layer=i)
-        weights += base.linear("laurel.linear_left", h, rank, layer=i) + base.linear("laurel.linear_right", rank, h, layer=i)
+        weights += base.linear("laurel.linear_left", h, rank, layer=i)
+        weights += base.linear("laurel.linear_right", rank, h, split="row", layer=i)
         weights += base.norm("laurel.post_laurel_norm", h, layer=i)
-        weights += base.linear("per_layer_input_gate", h, per_layer, layer=i)
-        weights += base.linear("per_layer_projection", per_layer, h, layer=i)
+        weights += base.linear("per_layer_input_gate", h, per_layer, split="replicated", layer=i)
+        weights += base.linear("per_layer_projection", per_layer, h, split="replicated", layer=i)
         weights += base.norm("post_per_layer_input_norm", h, layer=i)
     weights += base.norm("norm", h)
     weights.append(WeightPart("embed_tokens_per_layer", (per_vocab, n * per_layer), "embedding", "text", "vocab"))
-    weights += base.linear("per_layer_model_projection", h, n * per_layer, split="replicated")
+    weights += base.linear("per_layer_model_projection", h, n * per_layer)
     weights += base.norm("per_layer_projection_norm", per_layer)
     for name in ("altup_projections", "altup_unembed_projections"):
-        weights += [WeightPart(name, (h, h), "linear", "text", "replicated", None, alt - 1)]
+        weights += [WeightPart(name, (h, h), "linear", "text", "column", None, alt - 1)]
     is_tied = base.tied(top, c, True)
     weights += base.lm_head(vocab, h, is_tied)
     return caches, weights, is_tied

@@ -40,6 +40,10 @@ src/models/<arch>.cpp `load_arch_hparams`), src/llama-hparams.cpp `set_swa_patte
   cache then holds key_length x head_count_kv (576 = kv_lora_rank + rope) per layer. Without them (GGUFs
   converted before MLA) llama.cpp caches plain K/V with the file's head counts and lengths.
 * `.nextn_predict_layers` (GLM-4.5 MTP): the last N blocks keep no KV (`n_layer_kv_from_start`).
+* Gemma-3n (gemma3n): window and per-layer sliding flags as above (period 5 without the array), and only the
+  first 20 layers keep K/V: src/models/gemma3n.cpp sets n_layer_kv_from_start = 20 whatever the file's
+  `.attention.shared_kv_layers` says; each later layer reuses layer 18 (sliding) or 19 (full) (llama-model.cpp
+  create_memory's reuse callback).
 
 Weights: one WeightPart per tensor with its exact stored bytes (ggml type and shape from the tensor infos), so
 weight bytes are the sum of what the file holds; the role comes from the tensor name (token_embd, output, *norm,
@@ -97,6 +101,7 @@ class Arch:
     # "msa": MiniMax-M3's index keys beside plain K/V on the layers from leading_dense_block_count on
     shared_kv: bool = False  # .attention.shared_kv_layers: the last N layers reuse an earlier layer's K/V (gemma4)
     no_position_limit: bool = False  # pure state-space: context_length is nominal
+    kv_from_start: int = 0  # > 0: only layers below it keep K/V, later ones reuse n - 2 (sliding) / n - 1 (gemma3n)
 
 
 _PLAIN = Arch()
@@ -117,6 +122,7 @@ ARCHS: dict[str, Arch] = {
     "phi3": Arch(ignores_swa=True),
     "gemma2": Arch("gemma", "standard", 2, swa_window=4096),
     "gemma3": Arch("gemma", "standard", 6),
+    "gemma3n": Arch("gemma3n", "standard", 5, kv_from_start=20),
     "cohere2": Arch(swa="standard", swa_period=4),
     "olmo2": Arch(swa="standard", swa_period=4),
     "gpt-oss": Arch("gpt-oss", "standard", 2),
@@ -157,7 +163,7 @@ ARCHS: dict[str, Arch] = {
 NOT_MODELLED = {
     "rwkv6": "RWKV-6 recurrent state", "rwkv6qwen2": "RWKV-6 recurrent state", "rwkv7": "RWKV-7 recurrent state",
     "arwkv7": "RWKV-7 recurrent state",
-    "plamo2": "PLaMo-2 hybrid state", "gemma3n": "Gemma-3n shared KV layers", "t5encoder": "an encoder",
+    "plamo2": "PLaMo-2 hybrid state", "t5encoder": "an encoder",
     "bert": "an encoder", "nomic-bert": "an encoder", "nomic-bert-moe": "an encoder", "jina-bert-v2": "an encoder",
     "jina-bert-v3": "an encoder", "modern-bert": "an encoder", "neo-bert": "an encoder", "eurobert": "an encoder",
     "gemma-embedding": "an embedding encoder", "wavtokenizer-dec": "an audio decoder",
@@ -401,12 +407,14 @@ def _caches(k: _Keys, a: Arch, n: int) -> tuple[list[tuple[int, LayerCache]], li
     if shared and first_shared < 2:
         raise ConfigError(f"{k.h.source}: {k.arch}.attention.shared_kv_layers {shared} leaves fewer than 2 of "
                           f"{n} layers with their own KV cache (llama.cpp asserts at least 2)")
+    # gemma3n fixes the first shared layer at 20 whatever the file says (src/models/gemma3n.cpp)
+    kv_start = a.kv_from_start or (first_shared if shared else 0)
     for il in range(n):
         if il >= n - nextn:
             caches.append((il, NoCache()))
             continue
-        if shared and il >= first_shared:
-            caches.append((il, SharedKV(first_shared - (2 if swa[il] else 1))))
+        if kv_start and il >= kv_start:  # llama_hparams::has_kv false: reuses an earlier layer
+            caches.append((il, SharedKV(kv_start - (2 if swa[il] else 1))))
             continue
         if recurrent[il]:
             caches.append((il, state))

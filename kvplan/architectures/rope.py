@@ -115,6 +115,17 @@ def _gemma(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
     return _per_layer_kind(c, "rope_local_base_freq", local_type_default=True, global_head_dim_key=None)
 
 
+def _gemma3n(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
+    """Gemma-3n: as Gemma-3, but the config class's thetas apply when the file states none (Gemma3nTextConfig
+    default_theta: global 1e6 for the full layers' rope_theta, local 1e4 for rope_local_base_freq); vLLM builds one
+    get_rope per layer from config.rope_parameters[layer_type] (models/gemma3n.py Gemma3nAttention)."""
+    defaults = {"rope_theta": 1_000_000.0, "rope_local_base_freq": 10_000.0}
+    missing = {k: v for k, v in defaults.items() if c.raw.get(k) is None}
+    if missing and not isinstance(c.raw.get("rope_parameters"), dict):
+        c = Cfg({**c.raw, **missing}, c.defaults, c.where)
+    return _per_layer_kind(c, "rope_local_base_freq", local_type_default=True, global_head_dim_key=None)
+
+
 def _gemma4(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
     return _per_layer_kind(c, "rope_local_base_freq", local_type_default=False, global_head_dim_key="global_head_dim")
 
@@ -191,7 +202,7 @@ def _minimax01(top: Cfg, c: Cfg) -> tuple[RopeTable, ...]:
 
 
 FAMILY_TABLES: dict[str, Callable[[Cfg, Cfg], tuple[RopeTable, ...]]] = {
-    "gemma": _gemma, "gemma3n": _gemma, "gemma4": _gemma4, "mimo-v2-flash": _mimo, "deepseek-mla": _mla,
+    "gemma": _gemma, "gemma3n": _gemma3n, "gemma4": _gemma4, "mimo-v2-flash": _mimo, "deepseek-mla": _mla,
     "deepseek-v4": _mla, "gpt-oss": _gpt_oss, "chatglm": _chatglm, "falcon": _falcon, "llama4": _llama4,
     "granite-hybrid": _granite_hybrid, "zamba2": _zamba2, "cohere2": _cohere2, "minimax-01": _minimax01,
 }

@@ -409,9 +409,33 @@ def _check_minimax01(spec: ModelSpec) -> None:
                                      "attn_type_list does not: size the GGUF itself")
 
 
+# src/models/gemma3n.cpp load_arch_hparams (b11434): n_layer_kv_from_start = 20 whatever the file says (the
+# converter writes gemma3n.attention.shared_kv_layers; the loader never reads it)
+GEMMA3N_KV_LAYERS = 20
+
+
+def gemma3n_layers(spec: ModelSpec) -> ModelSpec:
+    """Gemma-3n as llama.cpp (b11434) lays it out: the first 20 layers keep K/V (llama_hparams::has_kv), every later
+    layer reuses layer 20 - 2 (sliding) or 20 - 1 (full) (llama-model.cpp create_memory's reuse callback), whatever
+    num_kv_shared_layers says: E2B (30 layers, 10 shared) and E4B (35, 15) come out as in transformers, other
+    splits do not (a model of 20 layers or fewer shares nothing)."""
+    own = {i: c for i, c in spec.caches if not isinstance(c, SharedKV)}
+    kind = {i: own[c.target] if isinstance(c, SharedKV) else c for i, c in spec.caches}
+    caches = []
+    for i, c in spec.caches:
+        if i < GEMMA3N_KV_LAYERS:
+            caches.append((i, kind[i]))
+        else:
+            swa = isinstance(kind[i], (SlidingWindow, WindowBeyondContext))
+            caches.append((i, SharedKV(GEMMA3N_KV_LAYERS - (2 if swa else 1))))
+    return replace(spec, caches=tuple(caches))
+
+
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
     layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
+    if spec.family == "gemma3n" and spec.stored_format is None:
+        spec = gemma3n_layers(spec)
     if tp > 1:
         raise InputError("llama.cpp splits a model by layers across GPUs, not by tensor parallelism; use --pp N "
                          "for a layer split over N GPUs")
@@ -430,7 +454,13 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     flash_attn = opts.get("flash_attn")
     flash_attn = True if flash_attn is None else bool(flash_attn)
     kinds = {type(c) for _, c in spec.caches}
-    notes = ["serving B requests of C tokens = -np B -c B*C; n_ctx padded to 256"
+    if spec.family == "gemma3n":
+        kept = sum(not isinstance(c, SharedKV) for _, c in spec.caches)
+        notes_g3n = [f"Gemma-3n: llama.cpp keeps K/V on the first {kept} layers (n_layer_kv_from_start = "
+                     f"{GEMMA3N_KV_LAYERS}, fixed in src/models/gemma3n.cpp, not num_kv_shared_layers)"]
+    else:
+        notes_g3n = []
+    notes = notes_g3n + ["serving B requests of C tokens = -np B -c B*C; n_ctx padded to 256"
              + ("" if rules.fixed_pad else " with flash attention (32 without)")]
     if rules.streams:
         notes.append("one cell stream per slot (--no-kv-unified, the default with -np)" if not unified

@@ -8,7 +8,7 @@ dtype, SSM state in fp32: --mamba-ssm-dtype default).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kvplan import dtypes
@@ -328,11 +328,30 @@ NOT_READ_BEFORE_0_5 = {
 }
 
 
+def gemma3n_pool(spec: ModelSpec, pp: int) -> ModelSpec:
+    """Gemma-3n in SGLang 0.5.10: the KV-shared layers compute no K/V (RadixAttention reads layer first_shared - 1 or
+    - 2, save_kv_cache=False; models/gemma3n_causal.py Gemma3nAttention), but the token pool has a K and V buffer for
+    every layer all the same (ModelRunner: num_effective_layers = num_hidden_layers, the model has no start_layer /
+    end_layer; model_runner_kv_cache_mixin.py get_cell_size_per_token), so each shared layer costs what the layer it
+    reads costs; hybrid-SWA memory is off for Gemma-3n (server_args.py), so sliding layers hold full length too.
+    Gemma3nTextModel builds its layers with make_layers without a pp rank: every rank would hold all of them."""
+    if pp > 1:
+        raise layout.UnsupportedKind("SGLang 0.5.10 cannot split Gemma-3n into pipeline stages: Gemma3nTextModel "
+                                     "calls make_layers without pp_rank / pp_size (models/gemma3n_causal.py)")
+    own = dict(spec.caches)
+    caches = tuple((i, own[c.target] if isinstance(c, SharedKV) else c) for i, c in spec.caches)
+    return replace(spec, caches=caches)
+
+
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
     layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
     if not selected.rules.cohere2_smollm3:
         layout.check_family(ENGINE.name, NOT_READ_BEFORE_0_5, spec.family)
+    own_layers = {i for i, c in spec.caches if not isinstance(c, SharedKV)}
+    shared = len(spec.caches) - len(own_layers) if spec.family == "gemma3n" else 0
+    if spec.family == "gemma3n":
+        spec = gemma3n_pool(spec, pp)
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     base.check_tp_heads(spec, tp)
     kinds = {type(c) for _, c in spec.caches}
@@ -343,6 +362,13 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     notes = [f"page size {page} token(s){why}; each pool allocates one extra page of padding rows"]
     if selected.note:
         notes.append(selected.note)
+    if shared:
+        first = next(i for i, c in spec.caches if i not in own_layers)
+        kv_params = sum(w.params for w in spec.weights if w.layer == 0 and w.name.startswith(
+            ("self_attn.k_proj", "self_attn.v_proj", "self_attn.k_norm")))
+        notes.append(f"Gemma-3n's {shared} KV-shared layers (from layer {first}) write no K/V but keep their buffers "
+                     "in the token pool (SGLang sizes it for every layer); SGLang also builds their k/v projections "
+                     f"(qkv_proj on every layer): {shared * kv_params:,} parameters more than the weights shown")
     arch = base.gpu_arch(gpu.name) if gpu is not None else "hopper"
     plain_fp8 = sparse and selected.rules.dsa_blackwell_plain_fp8 and arch == "blackwell"
     if sparse:

@@ -228,6 +228,8 @@ REFUSED_FAMILIES = {
               "layers are not built: _torch/models/modeling_mllama.py), and kvplan has not read its TensorRT-engine "
               "flow (models/mllama)",
     **dict.fromkeys(("t5", "mt5", "bart", "mbart"), _ENC_DEC),
+    "gemma3n": "TensorRT-LLM has no Gemma-3n model (no Gemma3n architecture in _torch/models/_arch_index.py "
+               "MODEL_ARCH_TO_MODULE nor in tensorrt_llm/models MODEL_MAP)",
 }
 
 

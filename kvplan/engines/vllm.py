@@ -887,7 +887,9 @@ REMOVED_FAMILIES = {"bamba": ("BambaForCausalLM", "0.23.0"),
                     # 0.23.0's wheel still registers them (models/minimax_text_01.py)
                     "minimax-01": ("MiniMaxText01ForCausalLM / MiniMaxM1ForCausalLM / MiniMaxForCausalLM", "0.23.0")}
 # model classes without SupportsPP (vLLM refuses --pipeline-parallel-size > 1 for them at start-up)
-NO_PIPELINE_FAMILIES = {"zamba2": "models/zamba2.py Zamba2ForCausalLM does not implement SupportsPP"}
+NO_PIPELINE_FAMILIES = {"zamba2": "models/zamba2.py Zamba2ForCausalLM does not implement SupportsPP",
+                        "gemma3n": "models/gemma3n.py Gemma3nForCausalLM and gemma3n_mm.py "
+                                   "Gemma3nForConditionalGeneration do not implement SupportsPP"}
 # Families vLLM only ever ran on its V0 engine, and the last release that had them (registry.py
 # _PREVIOUSLY_SUPPORTED_MODELS: "supported in vLLM until v<version>"). Llama-3.2-Vision: models/mllama.py declared
 # SupportsV0Only up to its removal with V0's encoder-decoder runner (vLLM PR #24907, Sep 2025), and
@@ -925,6 +927,23 @@ _BART = ("vLLM's V1 engine has no BART: BART / mBART ran on V0 only and were rem
 REFUSED_FAMILIES = {"t5": _T5, "mt5": _T5, "bart": _BART, "mbart": _BART}
 
 
+def _check_gemma3n_sharing(spec: ModelSpec) -> None:
+    """models/gemma3n.py Gemma3nAttention: a KV-shared layer targets layer first_shared - 1 (full) or first_shared - 2
+    (sliding), whatever the layer kinds; below 0 it gets no target, so it registers a KV spec of its own while its
+    forward passes no K/V (vLLM cannot run that config). At or above 0 the layer registers no spec: its bytes are 0."""
+    shared = [(i, c) for i, c in spec.caches if isinstance(c, SharedKV)]
+    if not shared:
+        return
+    first = shared[0][0]
+    kinds = dict(spec.caches)
+    for i, c in shared:
+        offset = 2 if isinstance(kinds.get(c.target), (SlidingWindow, WindowBeyondContext)) else 1
+        if first - offset < 0:
+            raise layout.UnsupportedKind(f"vLLM 0.32 points KV-shared layer {i} at layer {first - offset} (the first "
+                                         f"shared layer {first} minus {offset}, models/gemma3n.py Gemma3nAttention), "
+                                         "which does not exist: vLLM cannot run this config")
+
+
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
     rules = selected.rules
@@ -937,6 +956,8 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         raise layout.UnsupportedKind(f"vLLM {asked} does not load {dropped[0]}: supported until v{dropped[1]}, then "
                                      "removed (model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS); use "
                                      f"--engine vllm@{dropped[1]} or earlier, or another engine")
+    if spec.family == "gemma3n":
+        _check_gemma3n_sharing(spec)
     if pp > 1 and spec.family in NO_PIPELINE_FAMILIES:
         raise layout.UnsupportedKind(f"vLLM cannot split this {spec.family} model into pipeline stages: "
                                      f"{NO_PIPELINE_FAMILIES[spec.family]}")
