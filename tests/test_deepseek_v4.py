@@ -75,9 +75,14 @@ def test_kv_dtype_and_block_size_are_the_backends():
     assert out.code == 2 and "block size 256 only" in out.err
     out = run_cli("size", str(CONFIGS["flash"]), "--engine", "vllm@0.25")
     assert out.code == 2 and "0.32" in out.err
-    for engine in ("sglang", "llamacpp", "trtllm", "hf"):
+    for engine in ("llamacpp", "hf"):
         out = run_cli("size", str(CONFIGS["flash"]), "--engine", engine)
         assert out.code == 2 and "sliding_latent" in out.err, engine
+    # SGLang and TensorRT-LLM: refused by family, naming what their source does (tests/test_sglang_trtllm_families.py)
+    for engine, why in (("sglang", "DSV4PoolConfigurator"), ("sglang@0.5", "0.5.10 has no DeepSeek-V4 model"),
+                        ("trtllm", "KVCacheManagerV2")):
+        out = run_cli("size", str(CONFIGS["flash"]), "--engine", engine)
+        assert out.code == 2 and out.err.count("\n") == 1 and why in out.err, engine
 
 
 def test_plan_refuses_the_packed_pool_in_one_line():

@@ -1,7 +1,8 @@
 """SGLang token pools (engines.md §2): per layer K [(N + page), H_kv, D_k] and V [(N + page), H_kv, D_v]
 (MLA: one [(N + page), 1, kv_lora_rank + rope] buffer), N = tokens in the pool rounded to the page size.
 
-Only Llama-4 and GPT-OSS are hybrid-SWA models in SGLang (is_hybrid_swa_model); Gemma-2/3 sliding layers
+Only the architectures configs/model_config.py is_hybrid_swa_model lists get a separate sliding-window pool
+(0.5.10: Llama-4, GPT-OSS, MiMo-V2-Flash, Step-3.5; 0.5.23 adds Gemma 4 and Step-3.7); Gemma-2/3 sliding layers
 get full-length cache. Mamba hybrids keep one state slot per running request (conv window kernel-1 in the model
 dtype, SSM state in fp32: --mamba-ssm-dtype default).
 """
@@ -37,10 +38,18 @@ class Rules:
     # Cohere2 (srt/models/commandr.py) and SmolLM3 (no native class: srt/models/transformers.py, the Transformers
     # fallback) read in 0.5.10; in the 0.4 era Cohere2ForCausalLM was a stub (sgl-project/sglang#4570)
     cohere2_smollm3: bool = True
+    # Gemma 4 (srt/models/gemma4_causal.py) and Step-3.7 (srt/models/step3p7.py -> Step3p5ForCausalLM) read in the
+    # 0.5.23 wheel; the 0.5.10.post1 wheel has neither (no gemma4_* / step3p7 model, Step3p5ForCausalLM only), and the
+    # versions in between were not read
+    gemma4_step37: bool = False
+    # hybrid-SWA pool split. 0.5.10 (model_executor/model_runner_kv_cache_mixin.py profile_max_num_token +
+    # _resolve_hybrid_swa_tokens): tokens = rest // (F + S), then full = tokens x (F + S) / (F + r S). 0.5.23
+    # (model_executor/pool_configurator.py HybridSWAPoolConfigurator): full = rest // (F + r S) directly, r a float.
+    swa_ratio_cell: bool = False
 
 
 VERSIONS = [("0.4", Rules(False, kda=False, short_conv=False, cohere2_smollm3=False)), ("0.5", Rules(True)),
-            ("0.5.23", Rules(True, dsa_blackwell_plain_fp8=True))]
+            ("0.5.23", Rules(True, dsa_blackwell_plain_fp8=True, gemma4_step37=True, swa_ratio_cell=True))]
 DSA_PAGE = 64  # arg_groups/model_overrides/deepseek_v2.py: DSA models run with page_size 64 (even over --page-size)
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2")  # cache dtypes this engine can store
 LISTED = LISTINGS["sglang"]
@@ -343,11 +352,96 @@ def gemma3n_pool(spec: ModelSpec, pp: int) -> ModelSpec:
     return replace(spec, caches=caches)
 
 
+# Families read in the 0.5.23 wheel only (Rules.gemma4_step37); the 0.5.10.post1 wheel has no model for them
+NOT_IN_0_5_10 = {
+    "gemma4": "not modelled: SGLang 0.5.10 has no Gemma 4 model (no srt/models/gemma4_causal.py); kvplan read "
+              "0.5.23's: use --engine sglang@0.5.23",
+    "step-3.7": "not modelled: SGLang 0.5.10 has no Step3p7ForConditionalGeneration (srt/models has step3p5.py only); "
+                "kvplan read 0.5.23's (models/step3p7.py): use --engine sglang@0.5.23",
+    "deepseek-v4": "SGLang 0.5.10 has no DeepSeek-V4 model (no srt/models/deepseek_v4.py)",
+}
+# Read in 0.5.23 and not laid out: DSV4PoolConfigurator is a pool family of its own
+NOT_MODELLED_0_5_23 = {
+    "deepseek-v4": "not modelled: SGLang 0.5.23 sizes DeepSeek-V4 with its own DSV4PoolConfigurator "
+                   "(model_executor/pool_configurator.py, mem_cache/deepseek_v4_memory_pool.py): a 128-token SWA "
+                   "ring pool at swa_full_tokens_ratio 0.1, c4 / c128 compressed pools with fp4 indexer keys, "
+                   "compress-state rings and request-capped SWA tails from max_running_requests, --swa-prefix-tails "
+                   "and SGLANG_DSV4_* switches; kvplan has not laid it out",
+}
+# Gemma 4 on SM100: arg_groups/model_overrides/gemma4.py picks trtllm_mha there, and arg_groups/overrides.py moves a
+# page size outside 16/32/64/128 to 64 for that backend (triton, page 1, elsewhere)
+TRTLLM_MHA_PAGES = (16, 32, 64, 128)
+
+
+def _hybrid_swa_0_5_23(spec: ModelSpec,
+                       stages: tuple[layout.Caches, ...]) -> tuple[tuple[layout.Caches, ...], list[str]]:
+    """Gemma 4 / Step-3.7 as SGLang 0.5.23 pools them: is_hybrid_swa_model lists Gemma4ForCausalLM,
+    Gemma4ForConditionalGeneration and Step3p7ForConditionalGeneration, and get_hybrid_layer_ids (configs/
+    model_config.py) makes every layer_types entry below num_hidden_layers a full-pool or an SWA-pool layer. The flat
+    text-only Step-3.7 file (aiconfigurator's Step3p7FlashForCausalLM, a class no engine has) is sized as the
+    release's wrapper, as every other engine here reads it.
+
+    Gemma 4 (models/gemma4_causal.py, utils/hf_transformers/config.py _apply_gemma4_attention_overrides): the full
+    pool takes the full layers' (head_dim, KV heads) from transformers' per_layer_config (global_head_dim 512,
+    num_global_key_value_heads with attention_k_eq_v), the SWA pool the sliding layers' (swa_head_dim,
+    swa_num_key_value_heads), one shape per layer type (_gemma4_attention_shapes refuses more); a KV-shared layer
+    still owns rows in its type's pool (its RadixAttention reads the target's layer_id, but the pool is built from
+    the layer lists); the window is sliding_window - 1 (get_attention_sliding_window_size).
+    Step-3.7 (models/step3p5.py Step3p5DecoderLayer): both pools take head_dim and the full layers' KV heads
+    (_build_hybrid_swa_kv_pool passes no swa_* shape outside is_hybrid_swa_compress); the MTP layers past
+    num_hidden_layers hold nothing without speculative decoding."""
+    gemma = spec.family == "gemma4"
+    by_layer = {i: c for i, c in spec.caches if not isinstance(c, SharedKV)}
+    shapes: dict[str, set] = {}
+    for c in by_layer.values():
+        if isinstance(c, FullAttention):
+            kind = "sliding" if isinstance(c, (SlidingWindow, WindowBeyondContext)) else "full"
+            shapes.setdefault(kind, set()).add((c.kv_heads, c.head_dim_k, c.head_dim_v))
+    for kind, found in shapes.items():
+        if len(found) > 1:
+            raise layout.UnsupportedKind(f"SGLang 0.5.23 carries one (head_dim, KV heads) per layer type and this "
+                                         f"{spec.family} config gives its {kind} layers {len(found)} "
+                                         "(utils/hf_transformers/config.py _gemma4_attention_shapes refuses it)")
+    if not gemma and len({s for found in shapes.values() for s in found}) > 1:
+        raise layout.UnsupportedKind("SGLang 0.5.23 sizes Step-3.7's SWA pool with attention_other_setting's heads but "
+                                     "allocates it with the full layers' (no swa_* shape outside "
+                                     "is_hybrid_swa_compress); this config's sliding and full layers differ")
+    out, shared = [], 0
+    for stage in stages:
+        rows = []
+        for i, c in stage:
+            if isinstance(c, SharedKV):
+                c, shared = by_layer[c.target], shared + 1
+            if isinstance(c, WindowBeyondContext):  # still a sliding_attention layer of the SWA pool
+                c = SlidingWindow(c.kv_heads, c.head_dim_k, c.head_dim_v, window=c.window)
+            if gemma and isinstance(c, SlidingWindow):
+                c = SlidingWindow(c.kv_heads, c.head_dim_k, c.head_dim_v, window=c.window - 1)
+            rows.append((i, c))
+        if not any(isinstance(c, SlidingWindow) for _, c in rows):
+            raise layout.UnsupportedKind(f"SGLang 0.5.23 runs {spec.family} on its hybrid-SWA pool, which needs a "
+                                         "sliding layer on every pipeline stage (HybridSWAPoolConfigurator asserts "
+                                         "one); this config (or stage) has none")
+        out.append(tuple(rows))
+    notes = []
+    if gemma:
+        notes.append("SGLang 0.5.23 Gemma 4: window sliding_window - 1 (models/gemma4_causal.py "
+                     "get_attention_sliding_window_size)")
+        if shared:
+            notes.append(f"SGLang 0.5.23 keeps pool rows for the {shared} KV-shared layer(s) too (the pools are built "
+                         "from layer_types; those layers read their target's rows)")
+    elif spec.architecture == "Step3p7FlashForCausalLM":
+        notes.append("SGLang has no Step3p7FlashForCausalLM: sized as the release's Step3p7ForConditionalGeneration "
+                     "(models/step3p7.py), whose text model this file describes")
+    return tuple(out), notes
+
+
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
     layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
     if not selected.rules.cohere2_smollm3:
         layout.check_family(ENGINE.name, NOT_READ_BEFORE_0_5, spec.family)
+    layout.check_family(ENGINE.name, NOT_MODELLED_0_5_23 if selected.rules.gemma4_step37 else NOT_IN_0_5_10,
+                        spec.family)
     own_layers = {i for i, c in spec.caches if not isinstance(c, SharedKV)}
     shared = len(spec.caches) - len(own_layers) if spec.family == "gemma3n" else 0
     if spec.family == "gemma3n":
@@ -356,10 +450,22 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     base.check_tp_heads(spec, tp)
     kinds = {type(c) for _, c in spec.caches}
     sparse = SparseLatentAttention in kinds
-    page = DSA_PAGE if sparse else int(opts.get("page_size") or 1)
+    arch = base.gpu_arch(gpu.name) if gpu is not None else "hopper"
+    stages = layout.stages(spec, pp)
+    family_notes: list[str] = []
     hybrid_swa = spec.architecture in HYBRID_SWA_ARCHITECTURES
-    why = " (DSA models run with 64)" if sparse else "" if opts.get("page_size") else " (SGLang default)"
-    notes = [f"page size {page} token(s){why}; each pool allocates one extra page of padding rows"]
+    if selected.rules.gemma4_step37 and spec.family in ("gemma4", "step-3.7"):
+        stages, family_notes = _hybrid_swa_0_5_23(spec, stages)
+        hybrid_swa = True
+    given = int(opts.get("page_size") or 0)
+    page = DSA_PAGE if sparse else given or 1
+    why = " (DSA models run with 64)" if sparse else "" if given else " (SGLang default)"
+    if spec.family == "gemma4" and arch == "blackwell" and page not in TRTLLM_MHA_PAGES:
+        page, why = 64, " (Gemma 4 on SM100 runs trtllm_mha, which needs 16/32/64/128-token pages: SGLang picks 64)"
+    notes = [f"page size {page} token(s){why}; each pool allocates one extra page of padding rows", *family_notes]
+    if spec.family == "gemma4" and gpu is None and not given and hybrid_swa:
+        notes.append("Gemma 4 on SM100 (B200/B300) runs trtllm_mha with 64-token pages; this plan assumes another GPU "
+                     "(triton, page 1): --gpu plans a given one")
     if selected.note:
         notes.append(selected.note)
     if shared:
@@ -369,7 +475,6 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         notes.append(f"Gemma-3n's {shared} KV-shared layers (from layer {first}) write no K/V but keep their buffers "
                      "in the token pool (SGLang sizes it for every layer); SGLang also builds their k/v projections "
                      f"(qkv_proj on every layer): {shared * kv_params:,} parameters more than the weights shown")
-    arch = base.gpu_arch(gpu.name) if gpu is not None else "hopper"
     plain_fp8 = sparse and selected.rules.dsa_blackwell_plain_fp8 and arch == "blackwell"
     if sparse:
         where = arch if gpu is not None else "Hopper (size assumes a Hopper GPU)"
@@ -395,7 +500,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
                      f"self- and cross-attention, holds ctx + {encoder_tokens:,} rows per request, and the padded "
                      "prompt counts against --context-length")
     cap = opts.get("max_total_tokens")
-    return Prepared(selected, spec, layout.stages(spec, pp), kvd, page, tp, pp, hybrid_swa, state, tuple(notes),
+    return Prepared(selected, spec, stages, kvd, page, tp, pp, hybrid_swa, state, tuple(notes),
                     int(cap) if cap else None, plain_fp8, encoder_tokens)
 
 
@@ -483,7 +588,7 @@ def _token_pool(prepared: Prepared, budgets: list[int]) -> int:
 
 def max_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
     if prepared.hybrid_swa:
-        return _hybrid_swa_batch(prepared, ctx, _token_pool(prepared, budgets))
+        return _hybrid_swa_batch(prepared, ctx, budgets)
     if prepared.has_fixed_state():
         # fixed-size per-request state (Mamba slots, cross K/V): charge whole requests against the budget
         return base.max_batch_by_bytes(prepared.stage_bytes, budgets, ctx)
@@ -494,20 +599,57 @@ def max_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
 SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio default
 
 
-def _hybrid_swa_batch(prepared: Prepared, ctx: int, cap: int) -> int:
-    """_resolve_hybrid_swa_tokens: the pool of cap tokens (cell = F x n_full + S x n_swa) split into a full pool
-    and an SWA pool of ratio r; a request needs ctx full tokens and min(ctx, window) SWA tokens."""
-    caches = prepared.stages[0]
+def _swa_cells(prepared: Prepared, stage: int) -> tuple[int, int]:
+    """(F, S): bytes one token takes in the stage's full-pool layers and in its SWA-pool layers."""
+    caches = prepared.stages[stage]
     full = sum(prepared._token_bytes(c) for _, c in caches if _pooled(c) and _rule(c).pool == "full")
     swa = sum(prepared._token_bytes(c) for _, c in caches if _pooled(c) and _rule(c).pool == "swa")
-    r = SWA_FULL_TOKENS_RATIO
-    full_tokens = int(cap * (full + swa) / (full + r * swa)) // prepared.page * prepared.page if full + swa else 0
-    swa_tokens = int(full_tokens * r) // prepared.page * prepared.page
+    return full, swa
+
+
+def hybrid_pool_tokens(prepared: Prepared, budgets: list[int]) -> tuple[int, int]:
+    """(full pool tokens, SWA pool tokens) of a hybrid-SWA model; SGLang's max_total_num_tokens is the first (the
+    SWA pool alone when the model has no full layer), r = --swa-full-tokens-ratio.
+
+    0.5.10 (model_runner_kv_cache_mixin.py): capacity = rest // (F + S) floored to the page (min over pipeline
+    stages, --max-total-tokens), then full = int(capacity x (F + S) / (F + r S)) floored to the page, F and S of the
+    first stage (the model's layer lists). 0.5.23 (pool_configurator.py HybridSWAPoolConfigurator.calculate_pool_sizes,
+    kv_cache_configurator.py _apply_token_constraints): full = int(rest // (F + r S)) per stage, min over stages and
+    --max-total-tokens, floored to the page. Both: swa = int(full x r) floored to the page."""
+    page, r = prepared.page, SWA_FULL_TOKENS_RATIO
+    if not prepared.selected.rules.swa_ratio_cell:
+        full, swa = _swa_cells(prepared, 0)
+        cap = _token_pool(prepared, budgets)
+        if not full:
+            return 0, cap
+        full_tokens = int(cap * (full + swa) / (full + r * swa)) // page * page
+        return full_tokens, int(full_tokens * r) // page * page
+    counts, all_swa = [], False
+    for s in range(len(prepared.stages)):
+        full, swa = _swa_cells(prepared, s)
+        all_swa = all_swa or not full
+        cell = full + r * swa if full else swa
+        if cell:
+            counts.append(int(max(0, budgets[s]) // cell))
+    n = min(counts) if counts else 0
+    if prepared.max_total_tokens:
+        n = min(n, prepared.max_total_tokens)
+    n = n // page * page
+    if all_swa:
+        return 0, n
+    return n, int(n * r) // page * page
+
+
+def _hybrid_swa_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
+    """A request needs ctx full-pool tokens and min(ctx, window) SWA-pool tokens, each rounded to the page."""
+    full_tokens, swa_tokens = hybrid_pool_tokens(prepared, budgets)
+    caches = prepared.stages[0]
     windows = [c.span for _, c in caches if _pooled(c) and _rule(c).pool == "swa"]
-    need_full = base.pad_to(ctx, prepared.page)
+    need_full = base.pad_to(ctx, prepared.page) if any(
+        _pooled(c) and _rule(c).pool == "full" for st in prepared.stages for _, c in st) else 0
     need_swa = base.pad_to(min(ctx, max(windows)), prepared.page) if windows else 0
-    b = full_tokens // need_full
-    return min(b, swa_tokens // need_swa) if need_swa else b
+    fits_ = [t // need for t, need in ((full_tokens, need_full), (swa_tokens, need_swa)) if need]
+    return min(fits_) if fits_ else 0
 
 
 def fits(prepared: Prepared, ctx: int, batch: int, budgets: list[int]) -> bool:
@@ -519,12 +661,27 @@ def fits(prepared: Prepared, ctx: int, batch: int, budgets: list[int]) -> bool:
 def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], opts: dict[str, Any],
              gpu: base.GpuContext, max_model_len: int | None) -> base.Capacity:
     n = _token_pool(prepared, budgets)
+    extra: dict[str, Any] = {}
+    swa_message = None
+    if prepared.hybrid_swa:
+        full_tokens, swa_tokens = hybrid_pool_tokens(prepared, budgets)
+        n = full_tokens or swa_tokens
+        extra = {"full_max_total_num_tokens": full_tokens, "swa_max_total_num_tokens": swa_tokens}
+        windows = [c.span for st in prepared.stages for _, c in st if _pooled(c) and _rule(c).pool == "swa"]
+        # 0.5.23 MemoryPoolConfigurator.validate_swa_pool_size: an SWA pool at or below window + page never admits
+        floor = max(windows) + prepared.page if windows else 0
+        if prepared.selected.rules.swa_ratio_cell and full_tokens and windows and floor >= swa_tokens:
+            swa_message = (f"SWA pool ({swa_tokens} tokens) cannot hold even one request: the prefill admission floor "
+                           f"is sliding_window_size ({max(windows)}) + page_size ({prepared.page}) "
+                           "(SGLang refuses to start)")
     context_len = int(opts.get("context_length") or max_model_len or ctx)
     est = min(max(int(n / context_len * 512), 2048), 4096) if context_len else 2048
     user = opts.get("max_running_requests")
     cap = min(int(user), est) if user else min(est, n // 2)  # _resolve_max_num_reqs
-    start = n > 0
-    message = None if start else "Not enough memory. Please try to increase --mem-fraction-static. (SGLang refuses to start)"
+    start = n > 0 and swa_message is None
+    message = swa_message if n > 0 else ("Not enough memory. Please try to increase --mem-fraction-static. "
+                                         "(SGLang refuses to start)")
     held = ctx + prepared.encoder_tokens
     return base.Capacity(max_batch(prepared, ctx, budgets), n, round(n / held, 2) if ctx else None, cap, start, message,
-                         None, {"max_total_num_tokens": n, "page_size": prepared.page, "context_len": context_len})
+                         None, {"max_total_num_tokens": n, **extra, "page_size": prepared.page,
+                                "context_len": context_len})

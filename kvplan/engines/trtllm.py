@@ -230,6 +230,23 @@ REFUSED_FAMILIES = {
     **dict.fromkeys(("t5", "mt5", "bart", "mbart"), _ENC_DEC),
     "gemma3n": "TensorRT-LLM has no Gemma-3n model (no Gemma3n architecture in _torch/models/_arch_index.py "
                "MODEL_ARCH_TO_MODULE nor in tensorrt_llm/models MODEL_MAP)",
+    # Read in NVIDIA/TensorRT-LLM main (2026, after the 1.2.1 wheel; the model files are newer than the 1.0 rules):
+    # docs/source/features/kvcache.md "Selecting the KV Cache Manager" routes Gemma 4's hybrid attention and the
+    # sparse-attention models to KVCacheManagerV2 unconditionally, and Gemma3/Gemma4 to V2 by default
+    # (NVIDIA/TensorRT-LLM#17396); V2's per-layer-group pools (head_dim_per_layer, pool_ratio) are not laid out here
+    "gemma4": "not modelled: TensorRT-LLM (_torch/models/modeling_gemma4.py) runs Gemma 4 on KVCacheManagerV2 "
+              "unconditionally (docs/source/features/kvcache.md: its per-layer buffer layouts, head_dim 256 sliding / "
+              "global_head_dim 512 full, cannot be represented by V1's unified pool), whose pools kvplan has not "
+              "laid out",
+    "deepseek-v4": "not modelled: TensorRT-LLM (_torch/models/modeling_deepseekv4.py) runs DeepSeek-V4 on "
+                   "KVCacheManagerV2 with auxiliary per-layer sparse-attention buffers "
+                   "(docs/source/features/kvcache.md), which kvplan has not laid out",
+    # modeling_step3p7.py (registered as Step3p5ForCausalLM) passes the sliding window per forward
+    # (Step3p7Attention.forward: attention_window_size or sliding_window) and names FlashInfer + KVCacheManagerV2 its
+    # production path; on V1 the pools' windows come from KvCacheConfig.max_attention_window, not from layer_types
+    "step-3.7": "not modelled: TensorRT-LLM (_torch/models/modeling_step3p7.py) gives the sliding window per forward; "
+                "which window its KV pools hold comes from KvCacheConfig.max_attention_window (V1) or "
+                "KVCacheManagerV2's layer_types derivation (its documented production path), neither laid out here",
 }
 
 
