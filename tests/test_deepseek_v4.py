@@ -6,6 +6,8 @@
 - vLLM 0.32's own KV-cache planner (v1/core/kv_cache_utils.py), driven by tests/vllm_dsv4_child.py in the vLLM
   interpreter with the specs DeepSeek-V4's layers register: bytes per block, blocks per request, the block
   count and capacity for a budget, and the start-up refusal, across lengths, token budgets and async scheduling.
+- transformers' cache (hf): arithmetic written from models/deepseek_v4's cache classes here; the cache of real
+  forwards in tests/test_oracle_hf.py.
 """
 
 from __future__ import annotations

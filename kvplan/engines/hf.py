@@ -195,7 +195,9 @@ class MsaIndexLayer(KVLayer):
 # - ratio 4 only (DeepseekV4CSACache.update_overlap_state, once a window has closed): the last window's first half,
 #   overlap_kv [batch, ratio, head_dim] and overlap_gate of the same shape in fp32 (the gate plus the fp32
 #   position_bias parameter).
-# Not monotone in ctx: when a window closes, its buffered tokens become one entry.
+# Not monotone in ctx: when a window closes, its buffered tokens become one entry. Bytes are the tensors' own sizes,
+# as for every layout here; right after the forward the window and buffer slices are views that still hold the
+# storage of the whole prompt's projections, until the next update concatenates them into new tensors.
 def hf_caches(caches: layout.Caches) -> layout.Caches:
     """DeepSeek-V4's window-only layers (no compressed entries) as the plain sliding layer transformers gives them."""
     compressed = {i for i, c in caches if isinstance(c, CompressedLatent)}
