@@ -6,6 +6,8 @@
 - vLLM 0.32's own KV-cache planner (v1/core/kv_cache_utils.py), driven by tests/vllm_dsv4_child.py in the vLLM
   interpreter with the specs DeepSeek-V4's layers register: bytes per block, blocks per request, the block
   count and capacity for a budget, and the start-up refusal, across lengths, token budgets and async scheduling.
+- transformers' cache (hf): arithmetic written from models/deepseek_v4's cache classes here; the cache of real
+  forwards in tests/test_oracle_hf.py.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def test_kv_dtype_and_block_size_are_the_backends():
     assert out.code == 2 and "block size 256 only" in out.err
     out = run_cli("size", str(CONFIGS["flash"]), "--engine", "vllm@0.25")
     assert out.code == 2 and "0.32" in out.err
-    for engine in ("llamacpp", "hf"):
+    for engine in ("llamacpp",):
         out = run_cli("size", str(CONFIGS["flash"]), "--engine", engine)
         assert out.code == 2 and "sliding_latent" in out.err, engine
     # SGLang and TensorRT-LLM: refused by family, naming what their source does (tests/test_sglang_trtllm_families.py)
@@ -83,6 +85,45 @@ def test_kv_dtype_and_block_size_are_the_backends():
                         ("trtllm", "KVCacheManagerV2")):
         out = run_cli("size", str(CONFIGS["flash"]), "--engine", engine)
         assert out.code == 2 and out.err.count("\n") == 1 and why in out.err, engine
+
+
+# ---------------------------------------------------------------------------------------------- transformers
+def hf_bytes(config: dict, ctx: int, batch: int = 1, elem: int = 2) -> int:
+    """transformers 5.24 models/deepseek_v4 after one forward of ctx tokens, written from its cache classes: a
+    window-only layer (ratio 0, DynamicSlidingWindowLayer) keeps K and V of min(ctx, window - 1) tokens x head_dim;
+    a compressed layer that window once (K is V), one head_dim entry per closed window of `ratio` tokens, the
+    ctx % ratio tokens still open as kv and gate (kv_proj width 2 x head_dim at ratio 4, head_dim at 128), and at
+    ratio 4 the same again for the indexer (index_head_dim) plus, once a window closed, overlap kv [ratio, head_dim]
+    in the compute dtype and overlap gate in fp32, for both."""
+    d, di, w = config["head_dim"], config["index_head_dim"], min(ctx, config["sliding_window"] - 1)
+    total = 0
+    for ratio in config["compress_ratios"][:config["num_hidden_layers"]]:
+        if ratio == 0:
+            total += 2 * w * d * elem
+            continue
+        total += w * d * elem + ctx // ratio * d * elem
+        if ratio == 128:
+            total += 2 * (ctx % ratio) * d * elem
+        else:
+            total += ctx // ratio * di * elem + 2 * (ctx % ratio) * (2 * d + 2 * di) * elem
+            total += (ctx >= ratio) * ratio * (d + di) * (elem + 4)
+    return batch * total
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+@pytest.mark.parametrize("ctx", [3, 127, 128, 517, 100_000])
+def test_hf_cache_written_from_transformers_classes(name, ctx):
+    config = json.loads(CONFIGS[name].read_text())
+    out = kvjson("size", str(CONFIGS[name]), "--engine", "hf", "--ctx", str(ctx), "--batch", "2")
+    assert out["kv_bytes"] == hf_bytes(config, ctx, batch=2)  # bf16: the config's dtype
+    kinds = {g["kind"] for g in out["groups"]}
+    assert kinds == ({"sliding"} if 0 in config["compress_ratios"][:-1] else set()) | {
+        "sliding_latent", "compressed_latent", "indexer", "compressor_state"}
+
+
+def test_hf_refuses_rule_sets_without_the_model_code():
+    out = run_cli("size", str(CONFIGS["flash"]), "--engine", "hf@4.57")
+    assert out.code == 2 and out.err.count("\n") == 1 and "models/deepseek_v4" in out.err
 
 
 def test_plan_refuses_the_packed_pool_in_one_line():

@@ -96,12 +96,23 @@ def test_mtp_modules_are_outside_params():
 
 @pytest.mark.parametrize("engine, words", [
     ("sglang", "SGLang 0.5.10 has no MiniMax-M3 model"),
-    ("hf", "minimax_m3_vl_text"),
     ("trtllm", "TensorRT-LLM"),
+    ("hf@4.57", "models/minimax_m3_vl"),
 ])
 def test_other_engines_refuse_in_one_line(engine, words):
     r = run_cli("size", PATH, "--ctx", "8k", "--engine", engine)
     assert r.code == 2 and r.err.count("\n") == 1 and words in r.err, r.err
+
+
+@pytest.mark.parametrize("ctx, batch", [(1, 1), (8192, 2), (300_000, 1)])
+def test_hf_keeps_kv_and_index_keys_in_the_compute_dtype(ctx, batch):
+    """transformers (models/minimax_m3_vl, MiniMaxM3VLSparseCacheLayer): K and V [batch, 4, ctx, 128] on all 60
+    layers and idx_keys [batch, 1, ctx, 128] on the 57 sparse ones, all in the load dtype (bf16, the config's);
+    checked against a real forward in tests/test_oracle_hf.py."""
+    out = kvjson("size", PATH, "--ctx", str(ctx), "--batch", str(batch), "--engine", "hf")
+    assert out["kv_bytes"] == batch * ctx * (LAYERS * 2 * KV * HD * 2 + SPARSE * IDX * 2)
+    idx = next(g for g in out["groups"] if g["kind"] == "indexer")
+    assert idx["layer_ids"] == list(range(3, 60)) and idx["tensors"][0]["shape"] == [batch, 1, ctx, IDX]
 
 
 def test_index_value_projections_are_refused(tmp_path):

@@ -9,6 +9,8 @@ every sliding window / chunk. The two remote-code families are checked against p
 from __future__ import annotations
 
 import json
+from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -423,3 +425,108 @@ def test_minimax01_params_and_cache_equal_transformers(config, tmp_path):
         for path in paths:
             r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
             assert r.plan.kv_bytes == cache, f"{path.name} ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {cache:,}"
+        r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
+        assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"
+
+
+def _tensor_rows(truth: dict) -> Counter:
+    """Every tensor the returned cache holds, as (name, shape, dtype), counted over the layers."""
+    return Counter((name, shape, dtype) for layer in truth["layers"] for name, shape, dtype, _ in layer["tensors"])
+
+
+def _plan_rows(plan) -> Counter:
+    rows: Counter = Counter()
+    for g in plan.groups:
+        for t in g.tensors:
+            rows[(t.name, tuple(t.shape), t.dtype)] += t.count
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------- DeepSeek-V4
+def _dsv4_scaled(dirname: str, layers: int = 5) -> dict:
+    """A bundled DeepSeek-V4 config with every field that shapes transformers' cache kept (head_dim 512 with its
+    64-wide rope part, the 128-token sliding_window, index_head_dim 128, the config's own compress_ratios for its
+    first `layers` layers plus the MTP entry, which transformers drops) and widths, heads, experts, ranks and the
+    vocabulary shrunk so a CPU forward takes seconds."""
+    c = oracle.load_config(dirname)
+    c.update(hidden_size=64, num_attention_heads=4, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32,
+             q_lora_rank=32, o_groups=2, o_lora_rank=16, index_n_heads=2, index_topk=8, vocab_size=1000,
+             num_hidden_layers=layers, compress_ratios=c["compress_ratios"][:layers] + [0], num_hash_layers=1)
+    return c
+
+
+@pytest.mark.parametrize("dirname, dtype, ctxs", [
+    # ratios 0, 0, 4, 128, 4: two window-only layers; 3 < one ratio-4 window; 18 inside the window, no ratio-128
+    # entry yet (all 18 tokens buffered); 517 beyond the window, 129 ratio-4 entries + 1 buffered, 4 ratio-128
+    # entries + 5 buffered
+    ("deepseek-ai--DeepSeek-V4-Flash", "fp16", (3, 18, 517)),
+    ("deepseek-ai--DeepSeek-V4-Pro", "bf16", (18, 517)),  # ratios 128, 128, 4, 128, 4
+])
+def test_deepseek_v4_hf_cache_equals_a_real_cpu_forward(dirname, dtype, ctxs, tmp_path):
+    """DeepseekV4ForCausalLM, a real CPU forward of [2, ctx] of a scaled bundled config: kvplan's hf plan holds the
+    returned cache's bytes, and tensor by tensor the same names, shapes and dtypes (window K and V on window-only
+    layers, the K=V window once on compressed ones, compressed_kv / buffer_kv / buffer_gate / overlap_kv for the
+    compressor and the indexer, overlap_gate in fp32); parameters equal the class's count."""
+    config = _dsv4_scaled(dirname)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    torch_dtype = {"fp16": "float16", "bf16": "bfloat16"}[dtype]
+    opts = EngineOptions(engine="hf", kv_dtype=dtype)
+    assert size(ModelOptions(str(path)), opts, 16).setup.spec.params == oracle.hf_param_counts(config)["params"]
+    for ctx in ctxs:
+        truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype=torch_dtype, device="cpu")
+        r = size(ModelOptions(str(path)), opts, ctx, batch=2)
+        assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"
+        assert _plan_rows(r.plan) == _tensor_rows(truth), f"ctx {ctx}"
+
+
+def test_deepseek_v4_hf_cache_shrinks_when_a_window_closes(tmp_path):
+    """The buffered tokens of a ratio-128 window become one entry at the 128th token: transformers' cache after 128
+    tokens (and after 129) is smaller than after 127 (meta forwards of the scaled Flash config), and kvplan's hf plan
+    follows."""
+    config = _dsv4_scaled("deepseek-ai--DeepSeek-V4-Flash")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    got = {}
+    for ctx in (127, 128, 129):
+        truth = oracle.hf_cache_bytes(config, batch=1, ctx=ctx)
+        got[ctx] = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx).plan.kv_bytes
+        assert got[ctx] == truth["total"], ctx
+    assert got[128] < got[129] < got[127]
+
+
+# ---------------------------------------------------------------------------------------------- MiniMax-M3
+def _m3_as_vl_text(scaled: bool) -> dict:
+    """aiconfigurator's MiniMax-M3 text config (model_type minimax_m3, which transformers does not register) as the
+    minimax_m3_vl_text model transformers builds (MiniMaxM3VLTextConfig reads the same fields: sparse_attention_config,
+    moe_layer_freq); scaled: 4 layers (dense, then MoE; sparse attention on layers 1 and 3), widths, experts and the
+    vocabulary shrunk, head_dim 128 and the 128-wide index key kept."""
+    c = json.loads((Path(__file__).parent / "data" / "aic-configs" / "MiniMaxAI--MiniMax-M3_config.json").read_text())
+    c.update(model_type="minimax_m3_vl_text", architectures=["MiniMaxM3VLForCausalLM"])
+    if scaled:
+        c.update(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                 num_experts_per_tok=2, intermediate_size=32, moe_intermediate_size=32, shared_intermediate_size=32,
+                 dense_intermediate_size=48, vocab_size=1000, num_hidden_layers=4, moe_layer_freq=[0, 1, 1, 1])
+        c["sparse_attention_config"].update(sparse_attention_freq=[0, 1, 0, 1], sparse_disable_index_value=[1] * 4,
+                                            sparse_num_index_heads=2)
+    return c
+
+
+@pytest.mark.parametrize("scaled, device, ctxs", [(True, "cpu", (16, 300)), (False, "meta", (16, 300))],
+                         ids=["scaled-cpu", "full-meta"])
+def test_minimax_m3_hf_cache_equals_transformers(scaled, device, ctxs, tmp_path):
+    """MiniMaxM3VLForCausalLM, one forward of [2, ctx] (a real CPU forward of the scaled copy; the full config on
+    meta): K/V on every layer and idx_keys [2, 1, ctx, 128] on the sparse layers (MiniMaxM3VLSparseCacheLayer), as
+    kvplan's hf plan, tensor by tensor; parameters = the class's count + the persistent e_score_correction_bias
+    buffers (one per MoE layer), which the checkpoint holds."""
+    config = _m3_as_vl_text(scaled)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    truth = oracle.hf_param_counts(config)
+    ours = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), 16).setup.spec.params
+    assert ours == truth["params"] + truth["persistent_buffers_numel"]
+    for ctx in ctxs:
+        cache = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16", device=device)
+        r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
+        assert r.plan.kv_bytes == cache["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {cache['total']:,}"
+        assert _plan_rows(r.plan) == _tensor_rows(cache), f"ctx {ctx}"

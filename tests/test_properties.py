@@ -30,6 +30,9 @@ def kv(alias: str, engine: str, ctx: int, batch: int = 1):
        st.integers(1, 8), st.integers(1, 3))
 def test_kv_never_decreases_with_ctx_or_batch(alias, engine, ctx, extra, batch, more):
     assume(not declined(alias, engine))
+    # transformers' DeepSeek-V4 cache shrinks when a compression window closes (its buffered tokens become one entry;
+    # tests/test_oracle_hf.py shows it in a real forward): more ctx can hold fewer bytes there
+    assume(not (engine == "hf" and loaded(alias)[1].family == "deepseek-v4"))
     a = kv(alias, engine, ctx, batch).plan.kv_bytes
     assert kv(alias, engine, ctx + extra, batch).plan.kv_bytes >= a
     assert kv(alias, engine, ctx, batch + more).plan.kv_bytes >= a

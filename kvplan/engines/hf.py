@@ -4,7 +4,9 @@ layer in the compute dtype, no paging, no tensor parallelism.
 Sliding layers keep the last window-1 tokens after an update (DynamicSlidingWindowLayer); chunked Llama-4 layers
 use the same class with window = attention_chunk_size. MLA caches decompressed K/V up to 5.14 and the latent
 from 5.15. Mamba/linear layers keep a conv window of the full kernel width in the compute dtype and the
-recurrent/SSM state in fp32.
+recurrent/SSM state in fp32. DeepSeek-V4 (models/deepseek_v4) keeps its window, compressed entries and compressor
+buffers in DeepseekV4HCACache / DeepseekV4CSACache; MiniMax-M3 (models/minimax_m3_vl) its index keys in
+MiniMaxM3VLSparseCacheLayer.
 """
 
 from __future__ import annotations
@@ -19,19 +21,22 @@ from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
 from kvplan.parallel import heads_unsplit
-from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
-                         KimiDeltaState, LightningState, LinearAttentionState, MambaState, ModelSpec, NoCache,
-                         RecurrentState, SharedKV, ShortConvState, SlidingWindow, SparseLatentAttention,
-                         WindowBeyondContext)
+from kvplan.spec import (ChunkedLocal, CompressedIndexerKeys, CompressedLatent, CompressorState, CrossAttention,
+                         FullAttention, IndexerKeys, KimiDeltaState, LatentAttention, LayerCache, LightningState,
+                         LinearAttentionState, MambaState, ModelSpec, MsaIndexerKeys, NoCache, RecurrentState, SharedKV,
+                         ShortConvState, SlidingLatent, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
 class Rules:
     mla_latent: bool  # >= 5.15 caches the MLA latent (kv_nope 512 as "keys", k_rot 64 as "values")
     kimi_linear: bool = True  # native models/kimi_linear (newer than 5.15.1; before it, Hub remote code only)
+    # native models/deepseek_v4 and models/minimax_m3_vl (both in 5.15.1 with the cache classes 5.24 has; not in 4.57)
+    deepseek_v4: bool = True
+    minimax_m3: bool = True
 
 
-VERSIONS = [("4.57", Rules(False, kimi_linear=False)), ("5.15", Rules(True))]
+VERSIONS = [("4.57", Rules(False, kimi_linear=False, deepseek_v4=False, minimax_m3=False)), ("5.15", Rules(True))]
 KV_DTYPES = ("fp16", "bf16", "fp32")  # cache dtypes this engine can store
 LISTED = LISTINGS["hf"]
 KNOBS = LISTED.knobs
@@ -173,6 +178,95 @@ class LightningStateLayer(StateLayer):
         return [tensor("linear_cache", (batch, *c.ssm_shape), p.kvd.state or p.model_dt)]
 
 
+class MsaIndexLayer(KVLayer):
+    """MiniMax-M3 as transformers builds it (models/minimax_m3_vl, model_type minimax_m3_vl_text): a layer whose
+    layer_types entry is minimax_m3_sparse (sparse_attention_freq 1) gets MiniMaxM3VLSparseCacheLayer, a DynamicLayer
+    (its K/V: the FullAttention rule) whose update_index concatenates the indexer's key, idx_keys
+    [batch, 1, tokens, index_head_dim], in the compute dtype (k_proj -> k_norm -> rotary, all type_as the input)."""
+
+    def tokens(self, c: MsaIndexerKeys, ctx: int) -> int:
+        return ctx
+
+    def tensors(self, c: MsaIndexerKeys, ctx: int, batch: int, p: "Prepared") -> list:
+        return [tensor("idx_keys", (batch, 1, ctx, c.head_dim), p.model_dt)]
+
+
+# ---------------------------------------------------------------------------------------------- DeepSeek-V4
+# transformers models/deepseek_v4 (5.24; the same cache classes in 5.15.1). DynamicCache(config) builds, from
+# layer_types (compress_ratios 0 / 4 / 128 -> sliding_attention / compressed_sparse_attention /
+# heavily_compressed_attention), a DynamicSlidingWindowLayer, a DeepseekV4CSACache or a DeepseekV4HCACache per layer.
+# What one forward of ctx tokens leaves there (each tensor in the compute dtype unless said):
+# - window-only layers: keys and values apart, [batch, 1, min(ctx, window - 1), head_dim] each (hf_caches plans
+#   them as the SlidingWindow they are);
+# - compressed layers (DeepseekV4HCACache.update): the same window once, `keys` (values is the same tensor);
+# - store_compression_weights keeps the projected tokens no window has closed over yet, buffer_kv and buffer_gate
+#   [batch, ctx % ratio, kv_proj width] (width 2 x head_dim for ratio 4, head_dim for 128; the indexer's
+#   2 x index_head_dim);
+# - update_compressor_states: compressed_kv [batch, ctx // ratio, head_dim] (the indexer's: index_head_dim);
+# - ratio 4 only (DeepseekV4CSACache.update_overlap_state, once a window has closed): the last window's first half,
+#   overlap_kv [batch, ratio, head_dim] and overlap_gate of the same shape in fp32 (the gate plus the fp32
+#   position_bias parameter).
+# Not monotone in ctx: when a window closes, its buffered tokens become one entry. Bytes are the tensors' own sizes,
+# as for every layout here; right after the forward the window and buffer slices are views that still hold the
+# storage of the whole prompt's projections, until the next update concatenates them into new tensors.
+def hf_caches(caches: layout.Caches) -> layout.Caches:
+    """DeepSeek-V4's window-only layers (no compressed entries) as the plain sliding layer transformers gives them."""
+    compressed = {i for i, c in caches if isinstance(c, CompressedLatent)}
+    return tuple((i, SlidingWindow(1, c.dim, c.dim, window=c.window)) if type(c) is SlidingLatent and i not in compressed
+                 else (i, c) for i, c in caches)
+
+
+@dataclass(frozen=True)
+class SharedWindowLayer(KVLayer):
+    """A compressed layer's window: the K=V vector once, keys [batch, 1, min(ctx, window - 1), dim]."""
+
+    def tokens(self, c: SlidingLatent, ctx: int) -> int:
+        return min(ctx, c.window - 1)
+
+    def tensors(self, c: SlidingLatent, ctx: int, batch: int, p: "Prepared") -> list:
+        return [tensor("keys", (batch, 1, self.tokens(c, ctx), c.dim), p.model_dt)]
+
+
+@dataclass(frozen=True)
+class CompressedEntriesLayer(KVLayer):
+    """compressed_kv[name]: one entry per closed window of `ratio` tokens (tokens = the ones they cover)."""
+
+    name: str = "compressor"
+
+    def tokens(self, c: CompressedLatent | CompressedIndexerKeys, ctx: int) -> int:
+        return ctx // c.ratio * c.ratio
+
+    def tensors(self, c: CompressedLatent | CompressedIndexerKeys, ctx: int, batch: int, p: "Prepared") -> list:
+        width = c.head_dim if isinstance(c, IndexerKeys) else c.dim
+        return [tensor(f"compressed_kv[{self.name}]", (batch, ctx // c.ratio, width), p.model_dt)]
+
+
+@dataclass(frozen=True)
+class CompressorBufferLayer(KVLayer):
+    """A compressor's tokens waiting for their window to close (kv and gate; tokens = ctx % ratio), and for
+    overlapping windows (window = 2 x ratio: ratio 4) the closed window's first half, kv and an fp32 gate.
+    CompressorState.width is the kv + gate width per token (vLLM's fp32 state row), so kv_proj is width / 2 wide."""
+
+    def tokens(self, c: CompressorState, ctx: int) -> int:
+        return ctx % c.ratio
+
+    def tensors(self, c: CompressorState, ctx: int, batch: int, p: "Prepared") -> list:
+        name = "indexer" if _is_indexer_state(c, p.spec) else "compressor"
+        proj = c.width // 2
+        out = [tensor(f"buffer_kv[{name}]", (batch, ctx % c.ratio, proj), p.model_dt),
+               tensor(f"buffer_gate[{name}]", (batch, ctx % c.ratio, proj), p.model_dt)]
+        if c.window == 2 * c.ratio and ctx >= c.ratio:
+            out += [tensor(f"overlap_kv[{name}]", (batch, c.ratio, proj // 2), p.model_dt),
+                    tensor(f"overlap_gate[{name}]", (batch, c.ratio, proj // 2), dtypes.KV_DTYPES["fp32"])]
+        return out
+
+
+def _is_indexer_state(c: CompressorState, spec: ModelSpec) -> bool:
+    """The indexer's compressor state (2 x 2 x index_head_dim wide) rather than the layer's own (2 x 2 x head_dim)."""
+    return any(isinstance(x, CompressedIndexerKeys) and x.ratio == c.ratio and c.width == 4 * x.head_dim
+               for _, x in spec.caches)
+
+
 KIND_RULES: dict[type, Any] = {
     FullAttention: KVLayer(),
     WindowBeyondContext: KVLayer(),  # a window beyond the context is full attention here
@@ -182,7 +276,7 @@ KIND_RULES: dict[type, Any] = {
     LatentAttention: LatentLayer(),
     SparseLatentAttention: LatentLayer(),
     IndexerKeys: IndexerLayer(),
-    MsaIndexerKeys: layout.NotModelled("transformers 5.24 builds MiniMax-M3's text model only as minimax_m3_vl_text (MiniMaxM3VLForCausalLM, its MiniMaxM3VLSparseCacheLayer keeping the index keys); kvplan has not checked it against that code yet"),
+    MsaIndexerKeys: MsaIndexLayer(),
     MambaState: StateLayer("ssm_states"),
     LinearAttentionState: StateLayer("recurrent_states"),
     KimiDeltaState: KimiStateLayer("recurrent_states"),
@@ -190,7 +284,10 @@ KIND_RULES: dict[type, Any] = {
     LightningState: LightningStateLayer("linear_cache"),
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
-    **layout.DEEPSEEK_V4_NOT_MODELLED,
+    SlidingLatent: SharedWindowLayer(),
+    CompressedLatent: CompressedEntriesLayer(name="compressor"),
+    CompressedIndexerKeys: CompressedEntriesLayer(name="indexer"),
+    CompressorState: CompressorBufferLayer(),
 }
 
 
@@ -201,6 +298,7 @@ class Prepared(layout.StagedLayout):
     kvd: KVDtypes
     assumptions: tuple[str, ...]
     model_dt: Any
+    caches: layout.Caches = ()  # the spec's caches as transformers builds them (hf_caches)
     tp: int = 1
     pp: int = 1
 
@@ -210,7 +308,7 @@ class Prepared(layout.StagedLayout):
 
     @property
     def stages(self) -> tuple[layout.Caches, ...]:
-        return (self.spec.caches,)
+        return (self.caches,)
 
     @property
     def gpus_per_stage(self) -> int:
@@ -221,7 +319,7 @@ class Prepared(layout.StagedLayout):
 
     def groups_of(self, ctx: int, batch: int, stage: int) -> list[PlanGroup]:
         out = []
-        for c, layers, rule in layout.groups(ENGINE.name, KIND_RULES, self.spec.caches):
+        for c, layers, rule in layout.groups(ENGINE.name, KIND_RULES, self.caches):
             if isinstance(rule, layout.NoCacheRule):
                 out.append(layout.no_cache_group(c, layers, self.kvd.label))
                 continue
@@ -248,6 +346,12 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     model_dt = kvd.k
     kinds = {type(c) for _, c in spec.caches}
+    if kinds & set(layout.DEEPSEEK_V4_CACHES) and not selected.rules.deepseek_v4:
+        raise layout.UnsupportedKind(f"{selected.label} has no DeepSeek-V4 model code (models/deepseek_v4 is newer; "
+                                     "5.15.1 has it); --engine hf (the newest rules) plans it")
+    if MsaIndexerKeys in kinds and not selected.rules.minimax_m3:
+        raise layout.UnsupportedKind(f"{selected.label} has no MiniMax-M3 model code (models/minimax_m3_vl is newer; "
+                                     "5.15.1 has it); --engine hf (the newest rules) plans it")
     notes = [f"{selected.label} DynamicCache after one forward of ctx tokens (no preallocation, no paging)"]
     if spec.dtype is None:
         notes.append("the config names no dtype: transformers would take the checkpoint's; bf16 assumed")
@@ -269,7 +373,15 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     if any(issubclass(k, RecurrentState) and k is not LightningState for k in kinds):
         notes.append(f"conv state at full kernel width in {model_dt.name}, SSM/recurrent state in "
                      f"{(kvd.state or dtypes.KV_DTYPES['fp32']).name}")
-    return Prepared(selected, spec, kvd, tuple(notes), model_dt)
+    if SlidingLatent in kinds:
+        notes.append("DeepSeek-V4 (models/deepseek_v4): window-only layers keep K and V of window-1 tokens; compressed "
+                     "layers the window's K=V once, one entry per ratio tokens (+ indexer keys at ratio 4), the tokens "
+                     "of the open window (kv + gate) and at ratio 4 the last window's half (kv + fp32 gate); this "
+                     "shrinks when a window closes")
+    if MsaIndexerKeys in kinds:
+        notes.append("MiniMax-M3 as transformers' minimax_m3_vl_text (MiniMaxM3VLForCausalLM): sparse layers keep "
+                     "idx_keys [batch, 1, tokens, index_head_dim] beside K/V")
+    return Prepared(selected, spec, kvd, tuple(notes), model_dt, hf_caches(spec.caches))
 
 
 # ---------------------------------------------------------------------------------------------- budget, capacity

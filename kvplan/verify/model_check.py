@@ -26,8 +26,11 @@ from kvplan.errors import EnvironmentProblem, InputError
 TRANSFORMERS_MISSING = ('--with-model runs the real model code from transformers, which is not installed: '
                         'pip install "transformers>=5.15"')
 
-MODEL_TYPE_ALIASES = {"RefinedWebModel": "falcon", "RefinedWeb": "falcon"}
-ARCH_ALIASES = {"RWForCausalLM": "FalconForCausalLM", "MPTForCausalLM": "MptForCausalLM"}
+# MiniMax-M3's flat text config (aiconfigurator's copy: model_type minimax_m3, MiniMaxM3ForCausalLM) is what
+# transformers builds as minimax_m3_vl_text (MiniMaxM3VLTextConfig reads the same fields), the hf engine's reading
+MODEL_TYPE_ALIASES = {"RefinedWebModel": "falcon", "RefinedWeb": "falcon", "minimax_m3": "minimax_m3_vl_text"}
+ARCH_ALIASES = {"RWForCausalLM": "FalconForCausalLM", "MPTForCausalLM": "MptForCausalLM",
+                "MiniMaxM3ForCausalLM": "MiniMaxM3VLForCausalLM"}
 # Text-only files of a model transformers ships only inside its multimodal wrapper (aiconfigurator's curated
 # Step-3.7-Flash: a flat step3p7 file naming Step3p7FlashForCausalLM, a class no engine has): the file's fields become
 # the wrapper's text_config, beside a token vision tower (the cache does not depend on it); ties follow the file.
@@ -500,12 +503,24 @@ def compare(plan: Any, layers: list[LayerCacheBytes], extra: int, device: str, c
     groups: list[GroupCompare] = []
     claimed: set[tuple[bool, int, str]] = set()
     separate_cross = any(lc.cross for lc in layers)  # EncoderDecoderCache; Mllama keeps cross layers in its one cache
+    # a layer in several groups: a tensor a group names exactly is that group's (DeepSeek-V4's keys, compressed_kv[...],
+    # buffer_*[...], overlap_*[...]; MiniMax-M3's idx_keys); else a DSA layer's indexer keys belong to the indexer
+    # group and the rest to the latent's
+    named: dict[tuple[bool, int], set[str]] = {}
+    for g in plan.groups:
+        for i in g.layer_ids:
+            named.setdefault((g.kind == "cross", i), set()).update(t.name for t in g.tensors)
+
+    def claims(g: Any, index: int, name: str) -> bool:
+        if name in named.get((g.kind == "cross", index), ()):
+            return any(t.name == name for t in g.tensors)
+        return (name in INDEXER_ATTRS) == (g.kind == "indexer")
+
     for g in plan.groups:
         cross = g.kind == "cross" and separate_cross
         ids = set(g.layer_ids)
-        # a DSA layer holds two caches: its indexer keys belong to the indexer group, the rest to the latent's
         mine = [(lc.index, t) for lc in layers if lc.cross == cross and lc.index in ids for t in lc.tensors
-                if (t[0] in INDEXER_ATTRS) == (g.kind == "indexer")]
+                if claims(g, lc.index, t[0])]
         claimed.update((cross, i, t[0]) for i, t in mine)
         pshapes: dict[str, int] = {}
         for t in g.tensors:
