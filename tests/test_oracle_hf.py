@@ -425,8 +425,6 @@ def test_minimax01_params_and_cache_equal_transformers(config, tmp_path):
         for path in paths:
             r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
             assert r.plan.kv_bytes == cache, f"{path.name} ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {cache:,}"
-        r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
-        assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"
 
 
 def _tensor_rows(truth: dict) -> Counter:
