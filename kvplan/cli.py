@@ -419,7 +419,10 @@ def plan(
                          weight_dtype=weight_dtype, tp="1", pp="1", knobs=knobs)
     from kvplan.progress import waiting
 
-    with waiting(f"replaying {len(work.requests):,} requests through the engine's scheduler"):
+    from kvplan.engines import split_engine
+
+    through = "llama-server's slots" if split_engine(engine or "vllm")[0] == "llamacpp" else "vLLM's scheduler"
+    with waiting(f"replaying {len(work.requests):,} requests through {through}"):
         report = serving.plan(
             mo, eo, selection, work, users=parse_count(users, "--users") if users else None,
             tpot=parse_seconds(tpot, "--tpot") if tpot else None, ttft=parse_seconds(ttft, "--ttft") if ttft else None,

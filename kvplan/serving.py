@@ -804,12 +804,14 @@ def latency_stats(trace: Trace, reqs: list[SimRequest], rate: float | None,
     clock = trace.clock
     idx = [i for i in trace.finished_at if window is None or window[0] <= trace.finished_at[i] < window[1]]
     ttft = [clock[trace.first_token_at[i]] - trace.arrived_at[i] for i in idx if i in trace.arrived_at]
-    tpot = [(clock[trace.finished_at[i]] - clock[trace.first_token_at[i]]) / (reqs[i].output - 1)
-            for i in idx if reqs[i].output > 1]
+    outcomes = getattr(trace, "outcomes", None)  # llama-server: a request cut at its slot's context made fewer
+    made = {i: outcomes[i].generated if outcomes else reqs[i].output for i in idx}
+    tpot = [(clock[trace.finished_at[i]] - clock[trace.first_token_at[i]]) / (made[i] - 1)
+            for i in idx if made[i] > 1]
     lo = clock[window[0] - 1] if window and window[0] > 0 else 0.0
     hi = clock[window[1] - 1] if window else (clock[-1] if clock else 0.0)
     span = max(hi - lo, 1e-12)
-    out_tokens = sum(reqs[i].output for i in idx)
+    out_tokens = sum(made.values())
     stats: dict[str, Any] = {
         "ttft_p50_seconds": _pct(ttft, 0.5), "ttft_p90_seconds": _pct(ttft, 0.9), "ttft_p99_seconds": _pct(ttft, 0.99),
         "tpot_p50_seconds": _pct(tpot, 0.5), "tpot_p90_seconds": _pct(tpot, 0.9),

@@ -31,12 +31,13 @@ decoding, no context shift (`--context-shift` is off by default):
   batch and retries; when a batch of one token fails, every processing slot gets "Context size has been
   exceeded." and is released with its cells cleared (server_context::decode).
 
-kvplan plans with it; tests/test_llamacpp_sched.py starts llama-server b11434 on this machine and compares every
+kvplan plans with it; tests/test_llamacpp_sched_oracle.py starts llama-server b11434 on this machine and compares every
 iteration and every request. Pure Python integers; no engine code is imported.
 """
 
 from __future__ import annotations
 
+import struct
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -44,6 +45,11 @@ from typing import Callable, Sequence
 from kvplan.schedule_sim import SimRequest, Step, Trace
 
 SIMILARITY = 0.1  # --slot-prompt-similarity default (common/common.h slot_prompt_similarity)
+
+
+def _f32(x: float) -> float:
+    """As a C float: the server compares prompt similarities in single precision."""
+    return struct.unpack("f", struct.pack("f", x))[0]
 N_BATCH = 2048  # -b default
 
 
@@ -153,12 +159,12 @@ def simulate(settings: ServerSettings, requests: Sequence[SimRequest], *, users:
         """server_prompt_cache::load: a saved prompt keeping more of itself and of the new prompt than the slot."""
         r = requests[i]
         base = lcp(s.owner, s.tokens, i)
-        keep_best = base / s.tokens if s.tokens else -1.0
-        sim_best = base / r.prompt
+        keep_best = _f32(base / s.tokens) if s.tokens else -1.0
+        sim_best = _f32(base / r.prompt)
         best = None
         for k, (o, n) in enumerate(ram):
             cur = lcp(o, n, i)
-            keep, sim = cur / n, cur / r.prompt
+            keep, sim = _f32(cur / n), _f32(cur / r.prompt)
             if keep < 0.25:
                 continue
             if keep_best < keep and sim_best < sim:
@@ -189,14 +195,14 @@ def simulate(settings: ServerSettings, requests: Sequence[SimRequest], *, users:
         ret, update = None, False
         r = requests[i]
         if st.similarity != 0.0:
-            best = 0.0
+            best, threshold = 0.0, _f32(st.similarity)
             for s in slots:
                 if s.processing or s.tokens == 0:
                     continue
-                sim = lcp(s.owner, s.tokens, i) / r.prompt
-                if sim > best and sim > st.similarity:
+                sim = _f32(lcp(s.owner, s.tokens, i) / r.prompt)
+                if sim > best and sim > threshold:
                     best, ret = sim, s
-            if ret is not None and best * r.prompt / ret.tokens < 0.5:
+            if ret is not None and _f32(_f32(best * r.prompt) / ret.tokens) < 0.5:
                 update = True
         if ret is None:
             t_last = None
