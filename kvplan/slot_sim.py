@@ -296,11 +296,11 @@ def simulate(settings: ServerSettings, requests: Sequence[SimRequest], *, users:
         if not batch:
             continue
         running = sum(1 for s in slots if s.processing)
-        held_running = sum(s.kv for s in slots if s.processing)
+        held = sum(s.kv for s in slots if s.processing) + len(batch)  # the cells attention reads in this decode
         trace.steps.append(Step(running, len(deferred), st.n_ctx - sum(s.kv for s in slots), len(batch),
-                                len(last), held_running))
+                                len(last), held))
         if step_seconds is not None:
-            now += step_seconds(len(batch), len(last), held_running + len(batch))
+            now += step_seconds(len(batch), len(last), held)
             trace.clock.append(now)
         # decode, in views of n_batch tokens, retried smaller when the unified cache has no room
         off, nb = 0, st.n_batch
