@@ -8,7 +8,8 @@ deployment; top-level keys starting with `x-` are ignored, room for YAML anchors
     min_kv_tokens  tokens the KV cache must hold  (fit's kv_capacity_tokens)
 
 A deployment may also state its traffic (the keys of `kvplan plan`: prompt, output, requests, shared_prefix, users,
-tpot); then ctx may be left out (the longest request), the mix is replayed through vLLM's scheduler, and two more
+tpot); then ctx may be left out (the longest request), the mix is replayed through vLLM's scheduler (or
+llama-server's slots with engine llamacpp, its -np / -c as the keys parallel / ctx_size), and two more
 requirements can be stated:
 
     min_running    requests the replay must run at once (its median over the steady steps)
@@ -29,7 +30,7 @@ import difflib
 import os
 import re
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -667,9 +668,10 @@ class _FileParser:
         except InputError as e:
             if f is not None:
                 self.at(f, f"engine: {e}", dep)
-        if engine_name is not None and traffic and engine_name != "vllm":
+        if engine_name is not None and traffic and engine_name not in ("vllm", "llamacpp"):
             self.at(f or dep.fields[sorted(traffic)[0]], f"traffic keys ({', '.join(sorted(traffic))}) are replayed "
-                    f"through vLLM's scheduler; engine {engine_name} is not modelled yet (accepted: vllm)", dep)
+                    f"through vLLM's scheduler or llama-server's slots; engine {engine_name} is not modelled yet "
+                    "(accepted: vllm, llamacpp)", dep)
         if engine_name is not None:
             accepted = engines.LISTINGS[engine_name].knobs
             for key in KNOB_KEYS:
@@ -826,6 +828,8 @@ def _solve(dep: Deployment, res: _Resolver, report: FileReport) -> DeploymentRes
             return None
     ctx = dep.get("ctx") or min_ctx or (traffic.workload.longest if traffic is not None else None)
     batch = min_batch or 1
+    if traffic is not None and "ctx_size" in knobs:  # llama-server -c: the replay's; fit solves its own
+        eo = replace(eo, knobs={k: v for k, v in knobs.items() if k != "ctx_size"})
     try:
         r = planner.fit_model(res.model_options(dep.get("model"), dep.get("revision")), eo, sel, ctx, batch,
                               kv_budget=dep.get("kv_budget"), reserve=dep.get("reserve"), frontier=True,

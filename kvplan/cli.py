@@ -139,10 +139,11 @@ _KNOBS_PANEL = "Engine knobs (each applies to the engine named first in its help
 _KIND_METAVAR = {"count": "N", "tokens": "TOKENS", "fraction": "FRACTION", "bool": None, "dtype": "DTYPE"}
 
 
-def _knob(flags: str, help: str):
+def _knob(flags: str, help: str, short: tuple[str, ...] = ()):
+    """short: the engine's own short spellings (llama-server's -np, -c) where the command has no other use for them."""
     name = flags.split("/")[0].removeprefix("--").replace("-", "_")
     metavar = _KIND_METAVAR[engines.all_knobs()[name].kind]
-    return typer.Option(*flags.split(), help=help, metavar=metavar, rich_help_panel=_KNOBS_PANEL)
+    return typer.Option(*flags.split(), *short, help=help, metavar=metavar, rich_help_panel=_KNOBS_PANEL)
 
 
 BlockSize = Annotated[Optional[str], _knob("--block-size", "vllm: tokens per KV block")]
@@ -157,6 +158,11 @@ Ubatch = Annotated[Optional[str], _knob("--ubatch", "llamacpp: physical batch -u
 KvUnified = Annotated[Optional[bool], _knob("--kv-unified/--no-kv-unified", "llamacpp: one cell stream for all slots")]
 SwaFull = Annotated[Optional[bool], _knob("--swa-full", "llamacpp: full-size cache for sliding-window layers")]
 FlashAttn = Annotated[Optional[bool], _knob("--flash-attn/--no-flash-attn", "llamacpp: flash attention (older builds pad n_ctx by it)")]
+Parallel = Annotated[Optional[str], _knob("--parallel", "llamacpp: llama-server slots -np (fit: caps the batch)", ("-np",))]
+CtxSize = Annotated[Optional[str], _knob("--ctx-size", "llamacpp: llama-server -c, all slots together (plan only)")]
+# plan has no --ctx, so there -c is llama-server's own -c
+PlanCtxSize = Annotated[Optional[str], _knob("--ctx-size", "llamacpp: llama-server -c, the context of all slots together (default: slots x the longest request)", ("-c",))]
+PlanParallel = Annotated[Optional[str], _knob("--parallel", "llamacpp: llama-server slots -np (default: the most slots of the longest request the KV budget holds)", ("-np",))]
 TokensPerBlock = Annotated[Optional[str], _knob("--tokens-per-block", "trtllm: tokens per KV block")]
 # budget-only knobs (fit and check)
 GpuMemUtil = Annotated[Optional[str], _knob("--gpu-memory-utilization", "vllm: fraction of CUDA total (0.92 / 0.90 by version)")]
@@ -287,6 +293,7 @@ def fit(
     mamba_ssm_cache_dtype: MambaSsmDtype = None, decode_context_parallel_size: DecodeCP = None,
     page_size: PageSize = None, ubatch: Ubatch = None,
     kv_unified: KvUnified = None, swa_full: SwaFull = None, flash_attn: FlashAttn = None,
+    parallel: Parallel = None, ctx_size: CtxSize = None,
     tokens_per_block: TokensPerBlock = None,
     json_out: Json = False, revision: Revision = None, offline: Offline = False, refresh: Refresh = False,
     hub: Hub = False, token: Token = None, timeout: Timeout = None,
@@ -308,7 +315,7 @@ def fit(
                        max_model_len=max_model_len, mem_fraction_static=mem_fraction_static,
                        max_total_tokens=max_total_tokens, max_running_requests=max_running_requests,
                        context_length=context_length, free_gpu_memory_fraction=free_gpu_memory_fraction,
-                       max_tokens=max_tokens, max_batch_size=max_batch_size),
+                       max_tokens=max_tokens, max_batch_size=max_batch_size, parallel=parallel, ctx_size=ctx_size),
     )
     if encoder_len and not model:
         raise InputError("--encoder-len sizes one model's cross attention; give the model (MODEL or --model), the "
@@ -356,8 +363,9 @@ def _parse_reserve(text: str | None) -> int | None:
 
 # ---------------------------------------------------------------------------------------------- plan
 @app.command(cls=GroupedCommand, short_help="A traffic mix: requests at once, speed, GPUs.",
-             help="Capacity for a traffic mix: requests running at once under vLLM's scheduler, a decode-speed bound, "
-                  "and GPUs for N users at a time per output token.\n\n"
+             help="Capacity for a traffic mix: requests running at once under the engine's scheduler (vLLM's, or "
+                  "llama-server's slots with --engine llamacpp), a decode-speed bound, and GPUs for N users at a time "
+                  "per output token.\n\n"
                   "Example: kvplan plan llama-3.1-8b --gpu H100 --prompt 500-3000 --output 100-800 --users 2000 --tpot 30ms")
 def plan(
     model: Annotated[str, typer.Argument(metavar="MODEL", autocompletion=complete_model, help="alias (kvplan models), Hub id org/name, or a path to config.json")],
@@ -383,6 +391,8 @@ def plan(
     gpu_memory_utilization: GpuMemUtil = None, max_num_seqs: MaxNumSeqs = None, max_model_len: MaxModelLen = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None,
     enable_prefix_caching: PrefixCaching = None, async_scheduling: AsyncSched = None,
+    parallel: PlanParallel = None, ctx_size: PlanCtxSize = None, kv_unified: KvUnified = None,
+    ubatch: Ubatch = None, swa_full: SwaFull = None, flash_attn: FlashAttn = None,
     json_out: Json = False, revision: Revision = None, offline: Offline = False, refresh: Refresh = False,
     hub: Hub = False, token: Token = None, timeout: Timeout = None,
 ) -> None:
@@ -393,7 +403,8 @@ def plan(
     knobs = _parse_knobs(gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                          max_model_len=max_model_len, block_size=block_size,
                          max_num_batched_tokens=max_num_batched_tokens, enable_prefix_caching=enable_prefix_caching,
-                         async_scheduling=async_scheduling)
+                         async_scheduling=async_scheduling, parallel=parallel, ctx_size=ctx_size,
+                         kv_unified=kv_unified, ubatch=ubatch, swa_full=swa_full, flash_attn=flash_attn)
     prefix = parse_tokens(shared_prefix, "--shared-prefix") if shared_prefix else 0
     count = parse_count(requests, "--requests") if requests else None
     if requests_file:
@@ -411,7 +422,10 @@ def plan(
                          weight_dtype=weight_dtype, tp="1", pp="1", knobs=knobs)
     from kvplan.progress import waiting
 
-    with waiting(f"replaying {len(work.requests):,} requests through vLLM's scheduler"):
+    from kvplan.engines import split_engine
+
+    through = "llama-server's slots" if split_engine(engine or "vllm")[0] == "llamacpp" else "vLLM's scheduler"
+    with waiting(f"replaying {len(work.requests):,} requests through {through}"):
         report = serving.plan(
             mo, eo, selection, work, users=parse_count(users, "--users") if users else None,
             tpot=parse_seconds(tpot, "--tpot") if tpot else None, ttft=parse_seconds(ttft, "--ttft") if ttft else None,

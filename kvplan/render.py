@@ -683,8 +683,15 @@ def plan_view(p: Any) -> Group:
     head.add_row("engine", f"{s.engine.label}   tp {s.tp} x pp {s.pp}   kv {s.kvd.label}")
     head.add_row("workload", esc(p.workload.description) + (f", shared prefix {fmt_int(p.workload.shared_prefix)}" if p.workload.shared_prefix else ""))
     pj = pool.to_json()
-    head.add_row("KV pool / GPU", f"{fmt_int(pool.usable_blocks)} usable blocks x {fmt_int(pj['block_size'])} tokens "
-                 f"({bytes_cell(pool.kv_budget_bytes)} {pool.kv_budget_source})")
+    server = "slots" in pj  # llama-server: slots over cells
+    if server:
+        head.add_row("llama-server", f"{esc(pj['flags'])}: {fmt_int(pj['slots'])} slots of {fmt_int(pj['ctx_per_slot'])} "
+                     f"tokens, {fmt_int(pj['ctx_size'])} cells " + ("shared (--kv-unified)" if pj["kv_unified"] else
+                                                                     "in per-slot streams")
+                     + f" ({bytes_cell(pj['kv_bytes'])} of a {bytes_cell(pool.kv_budget_bytes)} {pool.kv_budget_source} budget)")
+    else:
+        head.add_row("KV pool / GPU", f"{fmt_int(pool.usable_blocks)} usable blocks x {fmt_int(pj['block_size'])} tokens "
+                     f"({bytes_cell(pool.kv_budget_bytes)} {pool.kv_budget_source})")
     if p.mode == "burst":
         head.add_row("replay", f"all {fmt_int(run.requests)} requests at once: {fmt_int(run.steps)} engine steps")
     elif p.mode == "rate":
@@ -695,7 +702,14 @@ def plan_view(p: Any) -> Group:
                      f"steady steps {fmt_int(run.window[0])}-{fmt_int(run.window[1])}")
     head.add_row("running at once", f"median {fmt_int(run.p50_running)}  (p10 {fmt_int(run.p10_running)}, p90 "
                  f"{fmt_int(run.p90_running)}, peak {fmt_int(run.peak_running)})")
-    head.add_row("preemptions", f"{fmt_int(run.preemptions)} ({fmt_int(run.preempted_requests)} requests)")
+    if server:
+        a = run.answers or {}
+        head.add_row("deferred", f"peak {fmt_int(a.get('peak_deferred', 0))} waiting for a slot")
+        head.add_row("answers", f"{fmt_int(a.get('refused_requests', 0))} refused (prompt >= a slot's context), "
+                     f"{fmt_int(a.get('cut_requests', 0))} cut at the slot's context, {fmt_int(a.get('failed_requests', 0))} "
+                     f"failed ({fmt_int(a.get('kv_exhaustions', 0))} times the unified cache ran out of cells)")
+    else:
+        head.add_row("preemptions", f"{fmt_int(run.preemptions)} ({fmt_int(run.preempted_requests)} requests)")
     sc = p.static
     if sc:
         head.add_row("paged vs static", f"paged blocks leave {sc['paged_waste']:.1%} of what a request holds unused; a "

@@ -2,7 +2,9 @@
 many GPUs N users need at a target time per output token.
 
 Memory side: the engine's own pool (the same budget and block layout `fit` solves with) replayed request by
-request through vLLM's scheduler (schedule_sim.py): admissions, block growth, preemptions, shared prefix blocks.
+request through vLLM's scheduler (schedule_sim.py): admissions, block growth, preemptions, shared prefix blocks;
+or, with --engine llamacpp, through llama-server's slots (slot_sim.py): -np slots over the cells of -c, deferral,
+requests refused or cut by their slot's context, and a unified cache running out of cells.
 Speed side: a memory-bandwidth bound per decode step, (weight bytes read + cache bytes read by every running
 request) / the GPU's bandwidth; compute, communication and kernel efficiency are left out, so step times are lower
 bounds and tokens/s upper bounds.
@@ -52,6 +54,13 @@ class Pool:
         """Blocks a request of `tokens` holds while it decodes (a window's: those inside it)."""
         return sum(g.blocks_for(tokens) for g in self.settings.groups)
 
+    def cached_prefix(self, shared_prefix: int) -> int:
+        """Prompt tokens of a shared prefix that come cached: its whole blocks, with prefix caching."""
+        if not (shared_prefix and self.prefix_caching):
+            return 0
+        bs = self.settings.groups[0].block_size
+        return (shared_prefix // bs) * bs
+
     def admission_blocks(self, tokens: int) -> int:
         """Blocks vLLM's admission check asks for a request of `tokens` (a window's capped by its reservation)."""
         return sum(g.admission_blocks(tokens, self.settings.max_model_len) for g in self.settings.groups)
@@ -64,6 +73,53 @@ class Pool:
                 "kv_budget_source": self.kv_budget_source, "max_num_seqs": s.max_num_seqs,
                 "max_num_batched_tokens": s.max_num_batched_tokens, "max_model_len": s.max_model_len,
                 "prefix_caching": self.prefix_caching}
+
+
+@dataclass(frozen=True)
+class ServerPool:
+    """llama-server's KV cells for this model, GPU and -np / -c, as its slots see them (a cell holds one token)."""
+
+    settings: Any  # slot_sim.ServerSettings
+    bytes_per_block: int  # one cell of every layer whose cache grows with the context
+    kv_budget_bytes: int
+    kv_budget_source: str
+    kv_bytes: int  # the cache llama.cpp allocates for -np / -c (limiting stage, one GPU)
+    streams: int
+    kv_groups: int
+    flags: str  # llama-server's command line for it
+    kinds: tuple[str, ...] = ()
+
+    @property
+    def usable_blocks(self) -> int:
+        return self.settings.n_ctx
+
+    @property
+    def prefix_caching(self) -> bool:
+        return self.settings.cache_prompt and self.settings.reuse_prefix
+
+    def saturating_users(self, mean_blocks: float) -> int:
+        """Every slot busy: more users only wait in the deferred queue."""
+        return self.settings.n_slots
+
+    def request_blocks(self, tokens: int) -> int:
+        return min(tokens, self.settings.n_ctx_slot)
+
+    def admission_blocks(self, tokens: int) -> int:
+        return self.request_blocks(tokens)
+
+    def cached_prefix(self, shared_prefix: int) -> int:
+        """A slot reuses the common prefix its last prompt left in the cache (cache_prompt)."""
+        return shared_prefix if self.prefix_caching else 0
+
+    def to_json(self) -> dict[str, Any]:
+        st = self.settings
+        return {"num_blocks": st.n_ctx, "usable_blocks": st.n_ctx, "block_size": 1,
+                "bytes_per_block": self.bytes_per_block, "kv_groups": self.kv_groups,
+                "kv_budget_bytes": self.kv_budget_bytes, "kv_budget_source": self.kv_budget_source,
+                "max_num_seqs": st.n_slots, "max_num_batched_tokens": st.n_batch, "max_model_len": st.n_ctx_slot,
+                "prefix_caching": self.prefix_caching, "slots": st.n_slots, "ctx_size": st.n_ctx,
+                "ctx_per_slot": st.n_ctx_slot, "kv_unified": st.unified, "streams": self.streams,
+                "kv_bytes": self.kv_bytes, "flags": self.flags}
 
 
 @dataclass(frozen=True)
@@ -81,13 +137,14 @@ class RunStats:
     preempted_requests: int
     window: tuple[int, int]  # the steps the means are over
     truncated: bool
+    answers: dict[str, int] | None = None  # llama-server: peak_deferred and the requests refused, cut and failed
 
     def to_json(self) -> dict[str, Any]:
         return {"requests": self.requests, "steps": self.steps, "peak_running": self.peak_running,
                 "mean_running": round(self.mean_running, 2), "p10_running": self.p10_running,
                 "p50_running": self.p50_running, "p90_running": self.p90_running, "preemptions": self.preemptions,
                 "preempted_requests": self.preempted_requests, "window_steps": list(self.window),
-                "truncated": self.truncated}
+                "truncated": self.truncated, **(self.answers or {})}
 
 
 def run_stats(trace: Trace, requests: int, window: tuple[int, int] | None = None) -> RunStats:
@@ -99,8 +156,13 @@ def run_stats(trace: Trace, requests: int, window: tuple[int, int] | None = None
         return running[min(len(running) - 1, int(q * len(running)))]
 
     inside = [p for p in trace.preemptions if lo <= p[0] < hi]
+    answers = None
+    if hasattr(trace, "outcomes"):  # llama-server (slot_sim.ServerTrace): over the whole replay
+        answers = {"peak_deferred": trace.peak_deferred, "refused_requests": trace.count("rejected"),
+                   "cut_requests": trace.count("cut"), "failed_requests": trace.count("failed"),
+                   "kv_exhaustions": len(trace.failures)}
     return RunStats(requests, len(trace.steps), trace.peak_running, sum(running) / len(running), pct(0.1), pct(0.5),
-                    pct(0.9), len(inside), len({i for _, i in inside}), (lo, hi), trace.truncated)
+                    pct(0.9), len(inside), len({i for _, i in inside}), (lo, hi), trace.truncated, answers)
 
 
 # ---------------------------------------------------------------------------------------------- speed
@@ -292,6 +354,8 @@ class PlanReport:
 
     @property
     def static(self) -> dict[str, Any] | None:
+        if not isinstance(self.pool, Pool):  # llama.cpp: a slot's context is itself a static reservation
+            return None
         return static_comparison(self.pool, self.workload, self.mean_request_blocks)
 
     @property
@@ -412,22 +476,108 @@ def _pool(fit) -> Pool:
                 min(budgets), fit.kv_budget_source, kinds)
 
 
-def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workload, *, users: int | None = None,
-         tpot: float | None = None, bandwidth: float | None = None, kv_budget: int | None = None,
-         reserve: int | None = None, tp: int | None = None, pp: int | None = None, burst: bool = False,
-         ttft: float | None = None, rate: float | None = None, interconnect: float | None = None,
-         calibrations: tuple = ()) -> PlanReport:
-    """burst: every workload request arrives at once (a benchmark run). Otherwise a closed loop: `users` users (or,
-    without users, enough to saturate one instance) each keep one request in the system."""
-    from kvplan import engines, planner
+CACHE_RAM_BYTES = 8192 << 20  # llama-server --cache-ram default (MiB): the RAM prompt cache's size limit
+
+
+def _llamacpp_setup(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workload, kv_budget, reserve,
+                    tp, pp, calibrations):
+    """llama-server's cells and slots for the workload: (fit, pool, replay, running cap, assumptions, warnings).
+
+    -np / -c as given; without them kvplan deploys what `fit` suggests: C = the longest request (prompt + output),
+    -np the most slots whose `-np B -c B*C` cache fits the KV budget (at most LLAMA_MAX_SEQ), -c = -np x C; with -c
+    alone, -np = -c // C."""
+    from functools import partial
+
+    from kvplan import planner, slot_sim
+    from kvplan.engines import llamacpp
+    from kvplan.spec import RecurrentState
+
+    opts = {k: v for k, v in eo.knobs.items() if v is not None}
+    parallel = llamacpp.check_parallel(opts.pop("parallel", None))
+    ctx_size = opts.pop("ctx_size", None)
+    longest = workload.longest
+    fit = planner.fit_model(mo, replace(eo, knobs=opts), gpu, longest, 1, kv_budget=kv_budget, reserve=reserve, tp=tp,
+                            pp=pp, calibrations=calibrations)
+    s = fit.setup
+    prepared = s.prepared
+    if not prepared.selected.rules.streams:
+        raise InputError(f"plan replays llama-server b11434's slots; {prepared.label} (before per-slot cell streams) "
+                         "is not modelled")
+    if not fit.weights_fit:
+        raise InputError(f"{s.ref.requested}: the weights ({fit.weight_bytes:,} B per GPU) leave no KV memory on "
+                         f"{gpu.requested}; nothing to plan (kvplan fit shows the budget)")
+    budgets = [b.kv_bytes for b in fit.budgets]
+    chosen = parallel is None and ctx_size is None
+    if parallel is None:
+        if ctx_size is not None:
+            parallel = max(1, min(llamacpp.LLAMA_MAX_SEQ, ctx_size // longest))
+        else:
+            parallel = min(llamacpp.LLAMA_MAX_SEQ, llamacpp.max_batch(prepared, longest, budgets))
+            if parallel < 1:
+                raise InputError(f"not one llama.cpp slot of the longest request ({longest:,} tokens) fits the KV "
+                                 f"budget ({min(budgets):,} B per GPU); kvplan fit shows it")
+    c = ctx_size if ctx_size is not None else parallel * longest
+    deployed = replace(prepared, n_ctx_total=c)
+    stage = deployed.limiting_stage(longest)
+    need = [deployed.stage_bytes(longest, parallel, st) for st in range(len(deployed.stages))]
+    flags = f"-np {parallel} -c {c}" + (" --kv-unified" if prepared.unified else "")
+    over = [st for st, (n, b) in enumerate(zip(need, budgets)) if n > b]
+    if over:
+        st = over[0]
+        raise InputError(f"llama-server {flags}: llama.cpp's KV cache takes {need[st]:,} B per GPU, the KV budget is "
+                         f"{budgets[st]:,} B (kvplan fit shows it); lower -np or -c")
+    cl = deployed.cells(longest, parallel)
+    n_ctx_slot = min(cl.base, s.max_ctx) if s.max_ctx else cl.base
+    per_cell = max(1, prepared.plan(longest, 1, stage).kv_bytes_per_token)
+    windowed = bool(prepared.n_swa()) and not prepared.swa_full
+    recurrent = any(isinstance(c_, RecurrentState) for _, c_ in s.spec.caches)
+    settings = slot_sim.ServerSettings(
+        n_slots=parallel, n_ctx=cl.n_ctx, n_ctx_slot=n_ctx_slot, unified=prepared.unified,
+        n_batch=min(c, slot_sim.N_BATCH), cache_ram_tokens=max(cl.n_ctx, CACHE_RAM_BYTES // per_cell),
+        reuse_prefix=not (windowed or recurrent))
+    groups = [g for g in deployed.plan(longest, parallel, stage).groups if g.bytes]
+    pool = ServerPool(settings, per_cell, min(budgets), fit.kv_budget_source, need[stage], cl.streams, len(groups),
+                      flags)
+    layout = (f"one unified stream of {cl.n_ctx:,} cells shared by the slots" if prepared.unified
+              else f"{cl.streams} streams of {cl.base:,} cells, one per slot")
+    assumptions = [
+        f"llama-server {flags}: {layout}, {per_cell:,} B per cell ({fit.kv_budget_source} KV budget "
+        f"{min(budgets):,} B per GPU, the cache takes {need[stage]:,} B); a slot's context {n_ctx_slot:,} tokens"
+        + (f" (capped at the training context {s.max_ctx:,})" if s.max_ctx and s.max_ctx < cl.base else "")
+        + f", n_batch {settings.n_batch:,}",
+        "requests replayed through llama-server b11434's slots (kvplan/slot_sim.py): a request holds one slot from "
+        "start to end, the rest wait deferred in arrival order; one llama_decode per iteration of each generating "
+        "slot's token plus prompt tokens up to n_batch; a prompt of the slot's context or more is refused, a request "
+        "stops when its tokens reach it (no context shift, the default); prompt cache reuse of the common prefix a "
+        "slot holds (--cache-ram, --cache-idle-slots defaults); checked iteration by iteration against llama-server "
+        "b11434 on CPU",
+    ]
+    if chosen:
+        assumptions.append(f"-np and -c chosen by kvplan as `fit` suggests them: slots of the longest request "
+                           f"({longest:,} tokens) while their cache fits (llama-server's own default is -np 4 "
+                           "--kv-unified with -c from the model; give --parallel / --ctx-size to plan yours)")
+    if prepared.unified:
+        assumptions.append("--kv-unified: every slot's tokens, idle slots' cached prompts included, share the cells; "
+                           "idle slots are cleared when a task starts; when a one-token batch finds no cell, "
+                           "llama-server fails every request in flight (\"Context size has been exceeded.\")")
+    if not settings.reuse_prefix:
+        assumptions.append("sliding-window / recurrent caches: llama-server reuses a cached prefix only through "
+                           "context checkpoints, which the replay leaves out (prompts are recomputed: prefill work "
+                           "an upper bound; requests at once unchanged)")
+    if s.pp > 1:
+        assumptions.append(f"layers split over {s.pp} GPUs (-sm layer): one llama_decode runs them in turn")
+    warnings = list(fit.warnings)
+    return fit, pool, partial(slot_sim.simulate, settings), parallel, assumptions, warnings
+
+
+def _vllm_setup(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workload, kv_budget, reserve, tp, pp,
+                calibrations):
+    """vLLM's pool and scheduler settings for the workload: (fit, pool, replay, running cap, assumptions, warnings)."""
+    from functools import partial
+
+    from kvplan import planner
     from kvplan.engines import vllm
 
-    if rate is not None and (users is not None or burst):
-        raise InputError("--rate, --users and --burst are three ways to state the load (an arrival rate, a closed "
-                         "loop of users, everything at once); give one")
-    engine = engines.choose(eo.engine)
-    if engine.module is not vllm:
-        raise InputError(f"plan replays vLLM's scheduler; --engine {eo.engine} is not modelled yet (accepted: vllm)")
     longest = workload.longest
     fit = planner.fit_model(mo, eo, gpu, longest, 1, kv_budget=kv_budget, reserve=reserve, tp=tp, pp=pp,
                             calibrations=calibrations)
@@ -461,6 +611,33 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
     if s.prepared.async_on:
         assumptions.append("vLLM on GPUs schedules asynchronously (one token ahead); the replay is synchronous, "
                            "as vLLM's CPU build where it was checked")
+    return fit, pool, partial(simulate, settings), seqs, assumptions, warnings
+
+
+def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workload, *, users: int | None = None,
+         tpot: float | None = None, bandwidth: float | None = None, kv_budget: int | None = None,
+         reserve: int | None = None, tp: int | None = None, pp: int | None = None, burst: bool = False,
+         ttft: float | None = None, rate: float | None = None, interconnect: float | None = None,
+         calibrations: tuple = ()) -> PlanReport:
+    """burst: every workload request arrives at once (a benchmark run). Otherwise a closed loop: `users` users (or,
+    without users, enough to saturate one instance) each keep one request in the system."""
+    from kvplan import engines
+    from kvplan.engines import llamacpp, vllm
+
+    if rate is not None and (users is not None or burst):
+        raise InputError("--rate, --users and --burst are three ways to state the load (an arrival rate, a closed "
+                         "loop of users, everything at once); give one")
+    engine = engines.choose(eo.engine)
+    if engine.module is llamacpp:
+        fit, pool, replay, seqs, assumptions, warnings = _llamacpp_setup(mo, eo, gpu, workload, kv_budget, reserve, tp,
+                                                                          pp, calibrations)
+    elif engine.module is vllm:
+        fit, pool, replay, seqs, assumptions, warnings = _vllm_setup(mo, eo, gpu, workload, kv_budget, reserve, tp, pp,
+                                                                      calibrations)
+    else:
+        raise InputError(f"plan replays vLLM's scheduler and llama-server's slots; --engine {eo.engine} is not "
+                         "modelled yet (accepted: vllm, llamacpp)")
+    s = fit.setup
     mean_blocks = _mean_blocks(pool, workload)
     speed, table, step_bound, cross = None, (), None, None
     bw, bw_source = (round(bandwidth), "--bandwidth") if bandwidth else (
@@ -486,13 +663,13 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
     latency = None
     if rate is not None:
         reqs = list(workload.requests)
-        trace = simulate(settings, reqs, arrivals=poisson_arrivals(len(reqs), rate), step_seconds=timing)
+        trace = replay(reqs, arrivals=poisson_arrivals(len(reqs), rate), step_seconds=timing)
         run = run_stats(trace, len(reqs))
         latency = latency_stats(trace, reqs, rate)
         mode, loop_users = "rate", None
     elif burst:
         reqs = list(workload.requests)
-        trace = simulate(settings, reqs, step_seconds=timing)
+        trace = replay(reqs, step_seconds=timing)
         run = run_stats(trace, len(reqs))
         latency = latency_stats(trace, reqs, None) if timing else None
         mode, loop_users = "burst", None
@@ -500,10 +677,12 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
         saturating = pool.saturating_users(mean_blocks)
         loop_users = min(users, saturating) if users is not None else saturating
         reqs = _enough(workload, loop_users * SATURATION_ROUNDS)
-        trace = simulate(settings, reqs, users=loop_users, step_seconds=timing)
+        trace = replay(reqs, users=loop_users, step_seconds=timing)
         run = run_stats(trace, len(reqs), _steady_window(trace, loop_users, len(reqs)))
         latency = latency_stats(trace, reqs, None, run.window) if timing else None
         mode = "users"
+    if run.answers:
+        warnings += _server_warnings(run.answers, pool, run.requests)
     if speed is not None:
         per_req = mean_blocks * pool.bytes_per_block
         top = max(1, min(seqs, int(pool.usable_blocks / max(mean_blocks, 1e-9))))
@@ -547,7 +726,7 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
         # what one instance sustains: the saturated closed loop's completions per second
         saturating = pool.saturating_users(mean_blocks)
         sat_reqs = _enough(workload, saturating * SATURATION_ROUNDS)
-        sat = simulate(settings, sat_reqs, users=saturating, step_seconds=timing)
+        sat = replay(sat_reqs, users=saturating, step_seconds=timing)
         sat_stats = latency_stats(sat, sat_reqs, None, run_stats(sat, len(sat_reqs),
                                                                    _steady_window(sat, saturating, len(sat_reqs))).window)
         per_instance = sat_stats["requests_per_s"]
@@ -561,12 +740,25 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
                       fleet, tuple(assumptions + list(fit.assumptions)), tuple(warnings), prefill, latency, rate)
 
 
-def _computed_prompt(prompt: int, workload: Workload, pool: Pool) -> int:
-    """Prompt tokens a request computes: with prefix caching, the shared prefix's whole blocks come cached."""
-    if workload.shared_prefix and pool.prefix_caching:
-        bs = pool.settings.groups[0].block_size
-        return max(1, prompt - (workload.shared_prefix // bs) * bs)
-    return prompt
+def _server_warnings(a: dict[str, int], pool: ServerPool, n: int) -> list[str]:
+    """What llama-server answers besides whole completions."""
+    st, out = pool.settings, []
+    if a["refused_requests"]:
+        out.append(f"{a['refused_requests']:,} of {n:,} requests have prompts of {st.n_ctx_slot:,} tokens or more, a "
+                   "slot's context: llama-server refuses them (exceed_context_size_error); raise -c or lower -np")
+    if a["cut_requests"]:
+        out.append(f"{a['cut_requests']:,} of {n:,} requests reach a slot's context ({st.n_ctx_slot:,} tokens) before "
+                   "their output length: llama-server stops them there (truncated)")
+    if a["failed_requests"]:
+        out.append(f"the unified KV cache ({st.n_ctx:,} cells) ran out {a['kv_exhaustions']:,} times: llama-server "
+                   f"then fails every request in flight ({a['failed_requests']:,} of {n:,} requests, \"Context size "
+                   "has been exceeded.\"); raise -c, lower -np, or drop --kv-unified")
+    return out
+
+
+def _computed_prompt(prompt: int, workload: Workload, pool) -> int:
+    """Prompt tokens a request computes: with prefix caching, the shared prefix's cached part is not recomputed."""
+    return max(1, prompt - pool.cached_prefix(workload.shared_prefix))
 
 
 def _computed_mean(workload: Workload, pool: Pool) -> float:
@@ -612,12 +804,14 @@ def latency_stats(trace: Trace, reqs: list[SimRequest], rate: float | None,
     clock = trace.clock
     idx = [i for i in trace.finished_at if window is None or window[0] <= trace.finished_at[i] < window[1]]
     ttft = [clock[trace.first_token_at[i]] - trace.arrived_at[i] for i in idx if i in trace.arrived_at]
-    tpot = [(clock[trace.finished_at[i]] - clock[trace.first_token_at[i]]) / (reqs[i].output - 1)
-            for i in idx if reqs[i].output > 1]
+    outcomes = getattr(trace, "outcomes", None)  # llama-server: a request cut at its slot's context made fewer
+    made = {i: outcomes[i].generated if outcomes else reqs[i].output for i in idx}
+    tpot = [(clock[trace.finished_at[i]] - clock[trace.first_token_at[i]]) / (made[i] - 1)
+            for i in idx if made[i] > 1]
     lo = clock[window[0] - 1] if window and window[0] > 0 else 0.0
     hi = clock[window[1] - 1] if window else (clock[-1] if clock else 0.0)
     span = max(hi - lo, 1e-12)
-    out_tokens = sum(reqs[i].output for i in idx)
+    out_tokens = sum(made.values())
     stats: dict[str, Any] = {
         "ttft_p50_seconds": _pct(ttft, 0.5), "ttft_p90_seconds": _pct(ttft, 0.9), "ttft_p99_seconds": _pct(ttft, 0.99),
         "tpot_p50_seconds": _pct(tpot, 0.5), "tpot_p90_seconds": _pct(tpot, 0.9),
@@ -673,7 +867,8 @@ def _steady_window(trace: Trace, users: int, total: int) -> tuple[int, int]:
         return 0, len(trace.steps)
     start = min(trace.finished_at.values())
     ends = sorted(trace.finished_at.values())
-    stop = ends[total - users - 1] if total - users - 1 >= 0 else len(trace.steps)
+    k = total - users - 1
+    stop = ends[k] if 0 <= k < len(ends) else len(trace.steps)
     return (start, stop) if stop > start else (0, len(trace.steps))
 
 

@@ -90,6 +90,10 @@ LISTINGS: dict[str, Listing] = {row.name: row for row in (
         Knob("kv_unified", "bool", "--kv-unified: one cell stream shared by all slots"),
         Knob("swa_full", "bool", "--swa-full: sliding-window layers get full-size cache"),
         Knob("flash_attn", "bool", "-fa (older builds pad n_ctx to 256 with it, 32 without)"),
+        Knob("parallel", "count", "-np: llama-server slots, the requests decoded at once (fit: caps the batch; plan "
+                                  "default: the most slots of the longest request the budget holds)", layout=False),
+        Knob("ctx_size", "tokens", "-c: llama-server's context of all slots together (plan only; default slots x the "
+                                   "longest request)", layout=False),
     )),
     Listing("trtllm", "kvplan.engines.trtllm", ("tensorrt-llm", "tensorrt_llm", "trt-llm"), "TensorRT-LLM block pools",
             knob_table(

@@ -83,8 +83,10 @@ def effective_ubatch(ubatch: int, requested_ctx: int) -> int:
     return min(ubatch, N_BATCH, requested_ctx)
 
 
-def cells(ctx: int, batch: int, rules: Rules, unified: bool, ubatch: int, swa_full: bool, n_swa: int, flash_attn: bool) -> Cells:
-    n_ctx = batch * ctx
+def cells(ctx: int, batch: int, rules: Rules, unified: bool, ubatch: int, swa_full: bool, n_swa: int, flash_attn: bool,
+          total: int | None = None) -> Cells:
+    """total: -c as given (default batch x ctx, kvplan's `-np B -c B*C`)."""
+    n_ctx = batch * ctx if total is None else total
     ubatch = effective_ubatch(ubatch, n_ctx)
     pad = 256 if (rules.fixed_pad or flash_attn) else 32
     n_ctx = pad_to(n_ctx, pad)
@@ -303,6 +305,7 @@ class Prepared(layout.StagedLayout):
     assumptions: tuple[str, ...]
     tp: int = 1
     one_sequence: str | None = None  # why more than one sequence cannot run (T5 in per-slot streams)
+    n_ctx_total: int | None = None  # -c as given (plan's --ctx-size); None: batch x ctx
 
     @property
     def label(self) -> str:
@@ -335,7 +338,8 @@ class Prepared(layout.StagedLayout):
         return max((c.head_dim_v for _, c in self.spec.caches if isinstance(c, FullAttention)), default=0)
 
     def cells(self, ctx: int, batch: int) -> Cells:
-        return cells(ctx, batch, self.selected.rules, self.unified, self.ubatch, self.swa_full, self.n_swa(), self.flash_attn)
+        return cells(ctx, batch, self.selected.rules, self.unified, self.ubatch, self.swa_full, self.n_swa(), self.flash_attn,
+                     self.n_ctx_total)
 
     def groups_of(self, ctx: int, batch: int, stage: int) -> list[PlanGroup]:
         if batch > 1 and self.one_sequence:
@@ -360,8 +364,9 @@ class Prepared(layout.StagedLayout):
 
     def details(self, ctx: int, batch: int, stage: int) -> dict[str, Any]:
         cl = self.cells(ctx, batch)
+        c = batch * ctx if self.n_ctx_total is None else self.n_ctx_total
         return {"n_ctx": cl.n_ctx, "cells": cl.base, "swa_cells": cl.swa, "streams": cl.streams,
-                "n_seq_max": batch, "flags": f"-np {batch} -c {batch * ctx}"}
+                "n_seq_max": batch, "flags": f"-np {batch} -c {c}"}
 
 
 # Families llama.cpp has no architecture for (src/llama-arch.cpp LLM_ARCH_NAMES, convert_hf_to_gguf.py /
@@ -499,6 +504,13 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
 LLAMA_MAX_SEQ = 256  # llama.cpp's sequence limit (-np)
 
 
+def check_parallel(n: int | None) -> int | None:
+    """-np as llama_context takes it: at most LLAMA_MAX_SEQ sequences (src/llama-context.cpp)."""
+    if n is not None and int(n) > LLAMA_MAX_SEQ:
+        raise InputError(f"--parallel {int(n):,}: llama.cpp runs at most {LLAMA_MAX_SEQ} sequences (LLAMA_MAX_SEQ)")
+    return None if n is None else int(n)
+
+
 def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int, weights: int,
            opts: dict[str, Any], reserve: int | None, dtype_bytes: int) -> base.Budget:
     """Device total minus weights, the compute buffer estimate and the 1 GiB margin llama.cpp's --fit keeps."""
@@ -526,10 +538,14 @@ def max_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
 
 def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], opts: dict[str, Any],
              gpu: base.GpuContext, max_model_len: int | None) -> base.Capacity:
+    if opts.get("ctx_size") is not None:
+        raise InputError("--ctx-size (llama-server -c, the context of all slots together) is read by kvplan plan; fit "
+                         "solves it: -np B -c B x --ctx")
     limit = max(max_model_len or 0, ctx) * 4
     tokens = max(0, base.largest(1, limit, lambda c: fits(prepared, c, 1, budgets)))
     b = max_batch(prepared, ctx, budgets)
     start = fits(prepared, ctx, 1, budgets)
-    return base.Capacity(b, tokens, float(b), LLAMA_MAX_SEQ, start,
+    cap = check_parallel(opts.get("parallel")) or LLAMA_MAX_SEQ  # -np: the slots
+    return base.Capacity(b, tokens, float(b), cap, start,
                          None if start else "llama.cpp cannot allocate the KV cache for one sequence of this context",
                          None, {"flags": f"-np {max(b, 1)} -c {max(b, 1) * ctx}"})
