@@ -5,8 +5,9 @@ Each entry: (length, CRC-32) of a file's bytes -> the document yaml_files.load p
 
 SNAPSHOTS = {
     # aliases.yaml
-    (8934, 870695785): {'models': {'CohereForAI/aya-23-8B': {'dir': 'CohereForAI--aya-23-8B', 'aliases': ['aya-23-8b']},
+    (9113, 3230670478): {'models': {'CohereForAI/aya-23-8B': {'dir': 'CohereForAI--aya-23-8B', 'aliases': ['aya-23-8b']},
             'EleutherAI/gpt-neox-20b': {'dir': 'EleutherAI--gpt-neox-20b', 'aliases': ['gpt-neox-20b']},
+            'HuggingFaceTB/SmolLM3-3B': {'dir': 'HuggingFaceTB--SmolLM3-3B', 'aliases': ['smollm3-3b', 'smollm3']},
             'Qwen/Qwen-7B': {'dir': 'Qwen--Qwen-7B',
                              'aliases': ['qwen-7b'],
                              'note': 'official file at revision d4efd21 (remote-code QWen v1)'},
@@ -85,6 +86,7 @@ SNAPSHOTS = {
             'google/gemma-7b': {'dir': 'google--gemma-7b',
                                 'aliases': ['gemma-7b'],
                                 'same_architecture': ['google/gemma-7b-it']},
+            'google/flan-t5-base': {'dir': 'google--flan-t5-base', 'aliases': ['flan-t5-base']},
             'google-t5/t5-large': {'dir': 'google-t5--t5-large', 'aliases': ['t5-large']},
             'meta-llama/Llama-2-70b-hf': {'dir': 'meta-llama--Llama-2-70b-hf',
                                           'aliases': ['llama-2-70b'],
