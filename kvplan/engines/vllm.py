@@ -880,12 +880,31 @@ def _plan_groups(s: StageLayout, ctx: int, batch: int, inflight: int, kvd: KVDty
     return out
 
 
-# model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS: families kvplan models whose architecture vLLM
-# stopped loading, and the last release that loaded it ("supported in vLLM until v<version>"; the older falcon / mpt
-# removals are not applied here yet)
-REMOVED_FAMILIES = {"bamba": ("BambaForCausalLM", "0.23.0"),
-                    # 0.23.0's wheel still registers them (models/minimax_text_01.py)
-                    "minimax-01": ("MiniMaxText01ForCausalLM / MiniMaxM1ForCausalLM / MiniMaxForCausalLM", "0.23.0")}
+# vLLM 0.32's model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS, as data: an architecture (config.json
+# `architectures[0]`) vLLM stopped loading, and the last release that loaded it ("was supported in vLLM until
+# v<version>"); kvplan refuses the rule sets after that release rather than size a model the engine would not start
+REMOVED_ARCHITECTURES: dict[str, str] = {
+    "Phi3SmallForCausalLM": "0.9.2",
+    **dict.fromkeys(("DonutForConditionalGeneration", "MllamaForConditionalGeneration", "MotifForCausalLM",
+                     "Phi4FlashForCausalLM"), "0.10.2"),
+    "Phi4MultimodalForCausalLM": "0.12.0",
+    "JAISLMHeadModel": "0.22.0",
+    **dict.fromkeys(("BaiChuanForCausalLM", "BaichuanForCausalLM", "BambaForCausalLM", "Dots1ForCausalLM",
+                     "ErnieForSequenceClassification", "ErnieForTokenClassification", "ErnieModel",
+                     "InternLM2VEForCausalLM", "InternLMForCausalLM", "MiniMaxForCausalLM", "MiniMaxM1ForCausalLM",
+                     "MiniMaxText01ForCausalLM", "MiniMaxVL01ForConditionalGeneration", "QWenLMHeadModel",
+                     "QwenVLForConditionalGeneration", "Tarsier2ForConditionalGeneration", "XverseForCausalLM"),
+                    "0.23.0"),
+    **dict.fromkeys(("AquilaForCausalLM", "AquilaModel", "AyaVisionForConditionalGeneration", "Grok1ForCausalLM",
+                     "Grok1ModelForCausalLM", "MantisForConditionalGeneration",
+                     "MusicFlamingoForConditionalGeneration", "TarsierForConditionalGeneration"), "0.24.0"),
+    **dict.fromkeys(("FuyuForCausalLM", "PersimmonForCausalLM", "TeleChatForCausalLM"), "0.25.0"),
+    **dict.fromkeys(("OuroForCausalLM", "Plamo2ForCausalLM"), "0.26.0"),
+    **dict.fromkeys(("ArcticForCausalLM", "ChameleonForConditionalGeneration", "Cheers",
+                     "CheersForConditionalGeneration", "Fairseq2LlamaForCausalLM",
+                     "FireRedLIDForConditionalGeneration", "GritLM", "HCXVisionForCausalLM", "MPTForCausalLM",
+                     "MptForCausalLM", "PrithviGeoSpatialMAE", "RWForCausalLM", "StableLMEpochForCausalLM"), "0.28.0"),
+}
 # model classes without SupportsPP (vLLM refuses --pipeline-parallel-size > 1 for them at start-up)
 NO_PIPELINE_FAMILIES = {"zamba2": "models/zamba2.py Zamba2ForCausalLM does not implement SupportsPP",
                         "gemma3n": "models/gemma3n.py Gemma3nForCausalLM and gemma3n_mm.py "
@@ -950,12 +969,12 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     _refuse_v0_only(spec, selected)
     layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
-    dropped = REMOVED_FAMILIES.get(spec.family)
+    last = REMOVED_ARCHITECTURES.get(spec.architecture)
     asked = selected.requested or selected.version
-    if dropped and version_key(asked) > version_key(dropped[1]):
-        raise layout.UnsupportedKind(f"vLLM {asked} does not load {dropped[0]}: supported until v{dropped[1]}, then "
+    if last and version_key(asked) > version_key(last):
+        raise layout.UnsupportedKind(f"vLLM {asked} does not load {spec.architecture}: supported until v{last}, then "
                                      "removed (model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS); use "
-                                     f"--engine vllm@{dropped[1]} or earlier, or another engine")
+                                     f"--engine vllm@{last} or earlier, or another engine")
     if spec.family == "gemma3n":
         _check_gemma3n_sharing(spec)
     if pp > 1 and spec.family in NO_PIPELINE_FAMILIES:
