@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, ROOT, kvjson, run_cli, vllm_cpu_fit
+from conftest import DATA, ROOT, kvjson, run_cli, vllm_cpu_fit, write_config
 from kvplan.architectures import normalize
 from kvplan.errors import ConfigError
 from kvplan.sizing import EngineOptions, ModelOptions, size
@@ -36,11 +36,6 @@ DENSE_31B = DATA / "aic-configs" / "nvidia--Gemma-4-31B-IT-NVFP4_config.json"
 def _load(path: Path) -> dict:
     return json.loads(path.read_text())
 
-
-def _write(tmp: Path, name: str, config: dict) -> str:
-    p = tmp / f"{name}.json"
-    p.write_text(json.dumps(config))
-    return str(p)
 
 
 def e2b_shaped() -> dict:
@@ -169,7 +164,7 @@ def test_hf_cache_equals_a_real_cpu_forward(oracle, tmp_path, name):
     """Sliding layers keep window - 1 tokens; full layers of an attention_k_eq_v model still hold K *and* V
     (v_norm(k_proj(x)) is a tensor of its own); KV-sharing layers hold nothing (DummyLayer)."""
     config = SCALED[name]()
-    path = _write(tmp_path, name, config)
+    path = write_config(tmp_path, name, config)
     for ctx in (20, 50):  # inside and beyond the 32-token window
         truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float32", device="cpu",
                                       experts_implementation=None)
@@ -227,7 +222,7 @@ def test_31b_nvfp4_reads_its_fp8_kv_scheme():
 
 def test_shared_layers_hold_nothing_in_vllm_hf_llamacpp(tmp_path):
     """SGLang 0.5.23 keeps pool rows for them and TensorRT-LLM is refused: tests/test_sglang_trtllm_families.py."""
-    path = _write(tmp_path, "e2b", e2b_shaped())
+    path = write_config(tmp_path, "e2b", e2b_shaped())
     for engine in ("vllm", "hf", "llamacpp"):
         out = kvjson("size", path, "--ctx", "4096", "--engine", engine)
         shared = [g for g in out["groups"] if g["kind"] == "shared"]
@@ -270,7 +265,7 @@ def test_configs_transformers_refuses_are_refused(change, words):
 def test_wrong_field_types_are_one_line_errors(tmp_path):
     config = _load(BUNDLED)
     config["text_config"]["attention_k_eq_v"] = "yes"
-    r = run_cli("size", _write(tmp_path, "bad", config))
+    r = run_cli("size", write_config(tmp_path, "bad", config))
     assert r.code == 2 and r.err.count("\n") == 1 and "attention_k_eq_v must be true or false" in r.err
 
 
@@ -315,7 +310,7 @@ VLLM_032_CPU = {
 def test_vllm_layout_equals_vllm_032_cpu(tmp_path, name, block):
     """What vLLM decided for the same file: 1 GiB, block 128 (the CPU default) or 32, no async scheduling."""
     tokens, blocks, concurrency, per_block, groups = VLLM_032_CPU[(name, block)]
-    r = vllm_cpu_fit(_write(tmp_path, name, _vllm_text_only(VLLM_MODELS[name])), block)
+    r = vllm_cpu_fit(write_config(tmp_path, name, _vllm_text_only(VLLM_MODELS[name])), block)
     d = r["engine_details"]
     assert (r["kv_capacity_tokens"], d["num_gpu_blocks"], f"{r['concurrency']:.2f}") == (tokens, blocks, concurrency)
     assert d["bytes_per_block"] == per_block

@@ -35,6 +35,19 @@ def long_ctx(config: dict, spec) -> int:
     return oracle.default_ctx_long(config)
 
 
+def assert_params_and_cache_equal(config: dict, tmp_path, ctxs) -> None:
+    """The family checks below: kvplan's parameters = transformers' meta count, and `size --engine hf` = the bytes
+    of every tensor in the cache one forward of [2, ctx] returns, at each ctx."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    assert size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec.params == \
+        oracle.hf_param_counts(config)["params"]
+    for ctx in ctxs:
+        truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
+        r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
+        assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"
+
+
 def test_every_bundled_config_is_covered():
     assert len(NATIVE) == len(BUNDLED) - 2
     assert set(BUNDLED) - set(NATIVE) == set(oracle.SKIP_REMOTE_CODE)
@@ -194,14 +207,7 @@ def test_lfm2_moe_params_and_cache_equal_transformers(config, tmp_path):
 def test_lfm2_params_and_cache_equal_transformers(config, tmp_path):
     """Lfm2ForCausalLM on meta: its parameters, and after one forward of [2, ctx] its DynamicCache -- K/V on the
     attention layers, conv_states [2, hidden, conv_L_cache] fp16 on the conv layers -- as kvplan's hf plan."""
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    assert size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec.params == \
-        oracle.hf_param_counts(config)["params"]
-    for ctx in (SHORT_CTX, 300):
-        truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
-        r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
-        assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"
+    assert_params_and_cache_equal(config, tmp_path, (SHORT_CTX, 300))
 
 
 def _falcon_h1_configs():
@@ -218,14 +224,7 @@ def test_falcon_h1_params_and_cache_equal_transformers(config, tmp_path):
     """FalconH1ForCausalLM on meta: its parameters (mup_vector is a non-persistent buffer), and after one forward of
     [2, ctx] every layer's LinearAttentionAndFullAttentionLayer -- K/V fp16, conv [2, d_ssm + 2GS, d_conv] fp16,
     SSM [2, heads, d_head, d_state] fp32 -- as kvplan's hf plan."""
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    assert size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec.params == \
-        oracle.hf_param_counts(config)["params"]
-    for ctx in (SHORT_CTX, 300):
-        truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
-        r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
-        assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"
+    assert_params_and_cache_equal(config, tmp_path, (SHORT_CTX, 300))
 
 
 def _zamba2_configs():
@@ -253,14 +252,7 @@ def test_zamba2_params_and_cache_equal_transformers(config, tmp_path):
     position's adapters and linear), and after one forward of [2, ctx] every layer's cache -- a Mamba-2 state
     (conv [2, inner + 2GS, d_conv] fp16, SSM [2, heads, head_dim, d_state] fp32) and on the hybrid layers K/V
     [2, heads, ctx, 2 x hidden / heads] fp16 -- as kvplan's hf plan."""
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    assert size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec.params == \
-        oracle.hf_param_counts(config)["params"]
-    for ctx in (SHORT_CTX, 300):
-        truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
-        r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
-        assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"
+    assert_params_and_cache_equal(config, tmp_path, (SHORT_CTX, 300))
 
 
 def _cohere2_smollm3_configs():
@@ -285,14 +277,7 @@ def test_cohere2_and_smollm3_params_and_cache_equal_transformers(config, long, t
     """Cohere2ForCausalLM / SmolLM3ForCausalLM on meta: their parameters, and after one forward of [2, ctx] the
     DynamicCache (DynamicSlidingWindowLayer on the sliding layers, DynamicLayer on the full ones) as kvplan's hf plan,
     at a short context and one beyond the window."""
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(config))
-    assert size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), SHORT_CTX).setup.spec.params == \
-        oracle.hf_param_counts(config)["params"]
-    for ctx in (SHORT_CTX, long):
-        truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float16")
-        r = size(ModelOptions(str(path)), EngineOptions(engine="hf", kv_dtype="fp16"), ctx, batch=2)
-        assert r.plan.kv_bytes == truth["total"], f"ctx {ctx}: kvplan {r.plan.kv_bytes:,} vs transformers {truth['total']:,}"
+    assert_params_and_cache_equal(config, tmp_path, (SHORT_CTX, long))
 
 
 # ---------------------------------------------------------------------------------------------- Llama-3.2-Vision

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, kvjson, run_cli
+from conftest import ROOT, kvjson, run_cli, write_config
 from test_gemma4 import e2b_shaped, text_only_variant
 from test_step3p7 import release_shaped
 
@@ -43,11 +43,6 @@ BF16 = 2
 def _load(path: Path) -> dict:
     return json.loads(path.read_text())
 
-
-def _write(tmp: Path, name: str, config: dict) -> str:
-    p = tmp / f"{name}.json"
-    p.write_text(json.dumps(config))
-    return str(p)
 
 
 def _fit(path: str, engine: str, gpu: str = "H100", *extra: str, budget: int = BUDGET) -> dict:
@@ -132,7 +127,7 @@ def test_gemma4_kv_shared_layers_keep_their_pool_rows_in_sglang(tmp_path):
     assert (n_full, n_swa) == (7, 28) and t["num_kv_shared_layers"] == 20
     kv = t["num_key_value_heads"]  # attention_k_eq_v false: the full layers keep num_key_value_heads
     window = t["sliding_window"] - 1
-    out = kvjson("size", _write(tmp_path, "e2b", cfg), "--engine", "sglang@0.5.23", "--ctx", "4096")
+    out = kvjson("size", write_config(tmp_path, "e2b", cfg), "--engine", "sglang@0.5.23", "--ctx", "4096")
     assert _groups(out) == {
         "sliding": (n_swa, kv, 256, window, window, n_swa * (window + 1) * kv * 2 * t["head_dim"] * BF16),
         "full": (n_full, kv, 512, None, 4096, n_full * (4096 + 1) * kv * 2 * t["global_head_dim"] * BF16),
@@ -144,12 +139,12 @@ def test_gemma4_shapes_sglang_cannot_carry_are_refused(tmp_path):
     # no sliding layer at all: HybridSWAPoolConfigurator asserts one
     cfg = text_only_variant()
     cfg["layer_types"] = ["full_attention"] * cfg["num_hidden_layers"]
-    out = run_cli("size", _write(tmp_path, "all-full", cfg), "--engine", "sglang@0.5.23")
+    out = run_cli("size", write_config(tmp_path, "all-full", cfg), "--engine", "sglang@0.5.23")
     assert out.code == 2 and out.err.count("\n") == 1 and "needs a sliding layer" in out.err
     # two full-layer shapes: _gemma4_attention_shapes carries one per layer type
     cfg = e2b_shaped()
     cfg["text_config"]["per_layer_config"] = {"4": {"head_dim": 512}}  # layers 9, 14, ... stay at head_dim 256
-    out = run_cli("size", _write(tmp_path, "two-shapes", cfg), "--engine", "sglang@0.5.23")
+    out = run_cli("size", write_config(tmp_path, "two-shapes", cfg), "--engine", "sglang@0.5.23")
     assert out.code == 2 and out.err.count("\n") == 1 and "_gemma4_attention_shapes" in out.err
 
 
@@ -178,7 +173,7 @@ def test_step37_sglang_release_config_pools_only_the_decoder_layers(tmp_path):
     types = t["layer_types"][:t["num_hidden_layers"]]
     per_layer = t["num_attention_groups"] * 2 * t["head_dim"] * BF16
     n_full, n_swa = types.count("full_attention"), types.count("sliding_attention")
-    out = kvjson("size", _write(tmp_path, "release", cfg), "--engine", "sglang@0.5.23", "--ctx", "1000")
+    out = kvjson("size", write_config(tmp_path, "release", cfg), "--engine", "sglang@0.5.23", "--ctx", "1000")
     w = t["sliding_window"]
     assert _groups(out) == {"full": (n_full, 2, 32, None, 1000, n_full * 1001 * per_layer),
                             "sliding": (n_swa, 2, 32, w, w, n_swa * (w + 1) * per_layer)}

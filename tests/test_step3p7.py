@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, kvjson, run_cli, vllm_cpu_fit
+from conftest import ROOT, kvjson, run_cli, vllm_cpu_fit, write_config
 from kvplan.architectures import normalize
 from kvplan.sizing import EngineOptions, ModelOptions, size
 
@@ -41,11 +41,6 @@ FP8_QUANTIZATION = {"quant_method": "fp8", "weight_block_size": [128, 128], "act
 def _load(path: Path = BUNDLED) -> dict:
     return json.loads(path.read_text())
 
-
-def _write(tmp: Path, name: str, config: dict) -> str:
-    p = tmp / f"{name}.json"
-    p.write_text(json.dumps(config))
-    return str(p)
 
 
 def release_shaped(layers: int = 8, mtp: int = 3, **text) -> dict:
@@ -194,7 +189,7 @@ def test_hf_cache_equals_a_real_cpu_forward(oracle, tmp_path, name):
     """Full layers hold every token, sliding layers window - 1 = 31 (DynamicSlidingWindowLayer); the MoE layers run
     their eager expert loop on CPU."""
     config = SCALED[name]()
-    path = _write(tmp_path, name, config)
+    path = write_config(tmp_path, name, config)
     for ctx in (20, 50):
         truth = oracle.hf_cache_bytes(config, batch=2, ctx=ctx, dtype="float32", device="cpu",
                                       experts_implementation=None)
@@ -233,7 +228,7 @@ def test_the_fp8_export_reads_its_block_scales(tmp_path):
     """stepfun-ai--Step-3.7-Flash-FP8 (aiconfigurator, same commit) is the bundled file plus this quantization_config:
     fp8 linear and expert weights with one fp32 scale per 128 x 128 block; embeddings, lm_head, norms and routers
     bf16."""
-    path = _write(tmp_path, "fp8", {**_load(), "quantization_config": FP8_QUANTIZATION})
+    path = write_config(tmp_path, "fp8", {**_load(), "quantization_config": FP8_QUANTIZATION})
     out = kvjson("size", path, "--ctx", "4096")
     assert out["weight_dtype"] == "fp8" and out["params"] == 195_844_496_640
 
@@ -274,7 +269,7 @@ def test_what_the_engines_read_differently_is_refused(tmp_path, change, words):
     config = {**_load(), **change}
     if "moe_layers_enum" in change:
         config.pop("first_k_dense_replace")
-    r = run_cli("size", _write(tmp_path, "bad", config))
+    r = run_cli("size", write_config(tmp_path, "bad", config))
     assert r.code == 2 and r.err.count("\n") == 1 and words in r.err, r.err
 
 
@@ -339,7 +334,7 @@ VLLM_032_CPU = {
 def test_vllm_layout_equals_vllm_032_cpu(tmp_path, name, block):
     """What vLLM decided for the same geometry: 1 GiB, block 128 (the CPU default) or 32, no async scheduling."""
     tokens, blocks, concurrency, per_block, groups = VLLM_032_CPU[(name, block)]
-    r = vllm_cpu_fit(_write(tmp_path, name, kvplan_text(name)), block)
+    r = vllm_cpu_fit(write_config(tmp_path, name, kvplan_text(name)), block)
     d = r["engine_details"]
     assert (r["kv_capacity_tokens"], d["num_gpu_blocks"], f"{r['concurrency']:.2f}") == (tokens, blocks, concurrency)
     assert d["bytes_per_block"] == per_block
