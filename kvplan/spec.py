@@ -527,6 +527,18 @@ class RopeTable:
 
 
 @dataclass(frozen=True)
+class EncoderShape:
+    """An encoder-decoder's encoder self-attention as the config states it, for an engine whose token pool keeps
+    buffers for the encoder layers too (SGLang's Whisper): layer count, heads, head_dim, and the encoder positions
+    (Whisper's max_source_positions, whatever --encoder-len says)."""
+
+    layers: int
+    heads: int
+    head_dim: int
+    positions: int
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     """Everything an engine needs to lay out the cache and count weights; built once per config."""
 
@@ -556,6 +568,8 @@ class ModelSpec:
     # rotary cos/sin tables the engines' model code precomputes at load (architectures/rope.py); neither weights
     # nor KV, charged by the vLLM budget
     rope_tables: tuple[RopeTable, ...] = ()
+    # the encoder's self-attention (Whisper only; None elsewhere): SGLang sizes its token pool over these layers too
+    encoder_shape: EncoderShape | None = None
 
     @property
     def groups(self) -> tuple[LayerGroup, ...]:

@@ -236,6 +236,7 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
         warnings=tuple(warnings),
         config_state_dtypes=tuple((k, str(text.raw[k])) for k in STATE_DTYPE_FIELDS if text.raw.get(k) is not None),
         rope_tables=rope.tables(family, model_type, top, text),
+        encoder_shape=encdec.whisper_encoder(text) if family == "whisper" else None,
     )
 
 

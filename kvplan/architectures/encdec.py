@@ -11,7 +11,7 @@ from __future__ import annotations
 from kvplan.architectures import base
 from kvplan.architectures.base import AttnDims, Cfg
 from kvplan.errors import ConfigError
-from kvplan.spec import CrossAttention, FullAttention, ModelSpec, WeightPart
+from kvplan.spec import CrossAttention, EncoderShape, FullAttention, ModelSpec, WeightPart
 
 
 def _t5_gated(c: Cfg) -> bool:
@@ -151,6 +151,14 @@ def bart(top: Cfg, c: Cfg, encoder_len: int | None):
     cross = CrossAttention(dec_heads, head_dim, head_dim, encoder_len=enc_len)
     caches = [(i, self_cache) for i in range(dec_layers)] + [(i, cross) for i in range(dec_layers)]
     return caches, weights, is_tied, dec_layers, enc_len, AttnDims(dec_heads, dec_heads, head_dim, head_dim)
+
+
+def whisper_encoder(c: Cfg) -> EncoderShape:
+    """Whisper's encoder self-attention: encoder_layers x encoder_attention_heads of d_model // heads, over
+    max_source_positions (the positions SGLang pads every request with, models/whisper.py pad_input_ids)."""
+    heads = c.need_int("encoder_attention_heads")
+    return EncoderShape(c.need_int("encoder_layers"), heads, c.need_int("d_model") // heads,
+                        c.need_int("max_source_positions"))
 
 
 def whisper(top: Cfg, c: Cfg, encoder_len: int | None):

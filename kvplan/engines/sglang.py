@@ -67,6 +67,16 @@ HYBRID_SWA_ARCHITECTURES = frozenset({
 })
 
 
+# Hybrid-SWA models whose SGLang model class answers get_attention_sliding_window_size with sliding_window - 1
+# (models/gpt_oss.py, 0.5.10.post1 and 0.5.23 alike). ModelRunner takes that as sliding_window_size (0.5.10
+# model_runner.py; 0.5.23 load_model_utils.py resolve_sliding_window_size), the window _evict_swa
+# (managers/schedule_batch.py) keeps and 0.5.23's validate_swa_pool_size checks. The other hybrid-SWA models have no
+# such method: Llama-4 takes attention_chunk_size, MiMo-V2-Flash and Step-3.5 model_config.sliding_window_size
+# (the config's sliding_window_size, else sliding_window), the window kvplan's spec already holds; Gemma 4 (0.5.23)
+# is _hybrid_swa_0_5_23's.
+WINDOW_MINUS_ONE = frozenset({"GptOssForCausalLM", "gpt-oss"})
+
+
 def select_version(requested: str | None) -> Selected[Rules]:
     return select(ENGINE.name, requested, VERSIONS)
 
@@ -275,6 +285,8 @@ class Prepared(layout.StagedLayout):
     # Encoder tokens a request keeps in the shared token pool (ENCODER_IN_POOL): every pooled layer, self- and
     # cross-attention alike, holds ctx + encoder_tokens rows per request; 0 for every other model
     encoder_tokens: int = 0
+    # SGLang's derived context_len where it is not the model maximum kvplan prints (Whisper: 2048), else None
+    context_len: int | None = None
 
     @property
     def label(self) -> str:
@@ -306,15 +318,65 @@ class Prepared(layout.StagedLayout):
         return {"page_size": self.page, "cell_size": self.cell_size(stage)}
 
 
-# configs/model_config.py is_encoder_decoder_model (0.5.10): of these, kvplan sizes Llama-3.2-Vision. Its request's
-# input ids are the image's pad tokens followed by the text (models/mllama.py pad_input_ids: images x tiles x
-# num_patches of them, tiles = the processor's padded max_num_tiles); prepare_for_extend allocates pool slots for
-# all of them and managers/schedule_batch.py prepare_encoder_info_extend hands the first encoder_len slots to the
+# configs/model_config.py is_encoder_decoder_model (0.5.10): Whisper (whisper_pool below) and Llama-3.2-Vision.
+# The latter's input ids are the image's pad tokens followed by the text (models/mllama.py pad_input_ids: images x
+# tiles x num_patches of them, tiles = the processor's padded max_num_tiles); prepare_for_extend allocates pool slots
+# for all of them and managers/schedule_batch.py prepare_encoder_info_extend hands the first encoder_len slots to the
 # cross-attention layers (encoder_out_cache_loc) and the rest to the text; decode writes at encoder_len + seq_len
 # (mem_cache/common.py alloc_for_decode). The pool is one MHATokenToKVPool of every decoder layer
 # (num_effective_layers = num_hidden_layers, cell_size over all of them), so each of those slots costs every layer's
 # K/V: a request holds ctx + encoder_len rows in self- and cross-attention layers alike.
 ENCODER_IN_POOL = frozenset({"MllamaForConditionalGeneration"})
+
+# Whisper (WhisperForConditionalGeneration, read in 0.5.10.post1 and 0.5.23, alike): configs/model_config.py
+# _derive_model_shapes sets num_attention_layers = encoder_layers + 2 x decoder_layers ("Even though cross-attention
+# doesn't save KV cache, attention backend needs buffer to exist") and ModelRunner takes num_effective_layers =
+# max(num_hidden_layers, num_attention_layers) (0.5.23: model_runner_components/layer_setup.py), so the one
+# MHATokenToKVPool allocates, and get_cell_size_per_token counts, every one of them: layer ids 0..E-1 the encoder's
+# (never written: WhisperAttention runs SDPA), E..E+D-1 the decoder's self-attention, E+D..E+2D-1 its
+# cross-attention (WhisperDecoderLayer), each with num_key_value_heads = encoder_attention_heads
+# (WhisperConfig.attribute_map) of head_dim d_model // heads. models/whisper.py pad_input_ids prepends
+# max_source_positions pad ids, which prepare_for_extend allocates pool slots for and prepare_encoder_info_extend
+# hands to the cross-attention layers, as for Llama-3.2-Vision: a request holds ctx + max_source_positions rows.
+# utils get_context_length finds none of its keys in WhisperConfig, so context_len is its fallback 2048.
+WHISPER_CONTEXT_LEN = 2048
+
+
+def whisper_pool(spec: ModelSpec, tp: int, pp: int) -> tuple[tuple[layout.Caches, ...], int, str]:
+    """SGLang's Whisper token pool (see above): the stage's (layer, cache) rows under SGLang's layer ids, the pool
+    rows a request's audio takes, and a note."""
+    enc = spec.encoder_shape
+    if enc is None:
+        raise layout.UnsupportedKind("SGLang sizes Whisper's pool over its encoder layers too, and this spec "
+                                     "carries no encoder shape")
+    dec = next(c for _, c in spec.caches if type(c) is FullAttention)
+    cross = next(c for _, c in spec.caches if isinstance(c, CrossAttention))
+    if (enc.heads, enc.head_dim) != (dec.kv_heads, dec.head_dim_k):
+        raise layout.UnsupportedKind(
+            f"SGLang cannot run this Whisper: its pool gives every layer encoder_attention_heads ({enc.heads}) x "
+            f"{enc.head_dim} (WhisperConfig maps num_key_value_heads to them), but the decoder writes "
+            f"decoder_attention_heads ({dec.kv_heads}) x {dec.head_dim_k} into it (models/whisper.py)")
+    if spec.encoder_len != enc.positions:
+        raise InputError(f"--encoder-len {spec.encoder_len} does not apply to SGLang's Whisper: every request takes "
+                         f"max_source_positions ({enc.positions}) pool slots for its audio (models/whisper.py "
+                         "pad_input_ids)")
+    if enc.heads % tp:
+        raise InputError(f"--tp {tp} does not divide Whisper's {enc.heads} attention heads (SGLang's "
+                         "WhisperAttention asserts num_heads % tp_size == 0)")
+    if pp > 1:
+        raise layout.UnsupportedKind("SGLang cannot split Whisper into pipeline stages: models/whisper.py builds every "
+                                     "layer on every rank (no start_layer / end_layer, no PP proxy tensors)")
+    e, d = enc.layers, spec.num_layers
+    # the encoder layers' buffers have the decoder self-attention's shape (checked above): one "full" group of e + d
+    buffers = FullAttention(enc.heads, enc.head_dim, enc.head_dim)
+    rows = ([(i, buffers) for i in range(e)] + [(e + i, dec) for i in range(d)]
+            + [(e + d + i, cross) for i in range(d)])
+    note = (f"SGLang's Whisper pool has {e + 2 * d} layers (model_config.py num_attention_layers = {e} encoder + "
+            f"2 x {d} decoder): ids 0-{e - 1} the encoder's, allocated but never written, {e}-{e + d - 1} decoder "
+            f"self-attention, {e + d}-{e + 2 * d - 1} cross-attention; a request holds ctx + {enc.positions:,} "
+            f"rows in each (max_source_positions pad slots for the audio, models/whisper.py pad_input_ids); "
+            f"context_len {WHISPER_CONTEXT_LEN} (no context key in WhisperConfig), the pad slots included")
+    return (tuple(rows),), enc.positions, note
 
 # Families SGLang 0.5.10 has no model for (srt/models); granitemoehybrid is there (configs/granitemoehybrid.py:
 # Mamba2CacheParams of the mamba layers, the same Mamba2StateShape as Nemotron-H's)
@@ -334,6 +396,8 @@ NOT_READ_BEFORE_0_5 = {
                "Cohere2ForCausalLM was a stub (sgl-project/sglang#4570): use --engine sglang@0.5",
     "smollm3": "not modelled: kvplan read SGLang 0.5.10's Transformers fallback (srt/models/transformers.py) that runs "
                "SmolLM3; 0.4's is not read: use --engine sglang@0.5",
+    "whisper": "not modelled: kvplan read SGLang's Whisper in 0.5.10 and 0.5.23 (srt/models/whisper.py); 0.4's is "
+               "not read: use --engine sglang@0.5",
 }
 
 
@@ -457,6 +521,13 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     if selected.rules.gemma4_step37 and spec.family in ("gemma4", "step-3.7"):
         stages, family_notes = _hybrid_swa_0_5_23(spec, stages)
         hybrid_swa = True
+    if hybrid_swa and spec.architecture in WINDOW_MINUS_ONE:
+        windows = {c.window for _, c in spec.caches if type(c) is SlidingWindow}
+        stages = tuple(tuple((i, replace(c, window=c.window - 1) if type(c) is SlidingWindow else c) for i, c in st)
+                       for st in stages)
+        family_notes.append("SGLang's GPT-OSS window is sliding_window - 1 = "
+                            f"{', '.join(str(w - 1) for w in sorted(windows))} (models/gpt_oss.py "
+                            "get_attention_sliding_window_size)")
     given = int(opts.get("page_size") or 0)
     page = DSA_PAGE if sparse else given or 1
     why = " (DSA models run with 64)" if sparse else "" if given else " (SGLang default)"
@@ -492,8 +563,12 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     state = (kvd.state or model_dt, kvd.state or dtypes.KV_DTYPES["fp32"])
     if any(issubclass(k, RecurrentState) for k in kinds):
         notes.append(f"Mamba state per request: conv kernel-1 in {state[0].name}, SSM in {state[1].name}")
-    encoder_tokens = 0
-    if spec.architecture in ENCODER_IN_POOL:
+    encoder_tokens, context_len = 0, None
+    if spec.family == "whisper":
+        stages, encoder_tokens, note = whisper_pool(spec, tp, pp)
+        notes.append(note)
+        context_len = WHISPER_CONTEXT_LEN
+    elif spec.architecture in ENCODER_IN_POOL:
         encoder_tokens = max((c.encoder_len for _, c in spec.caches if isinstance(c, CrossAttention)), default=0)
         notes.append(f"SGLang keeps a request's {encoder_tokens:,} vision tokens in the token pool beside its text "
                      "(models/mllama.py pad_input_ids, schedule_batch.py prepare_encoder_info_extend): every layer, "
@@ -501,7 +576,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
                      "prompt counts against --context-length")
     cap = opts.get("max_total_tokens")
     return Prepared(selected, spec, stages, kvd, page, tp, pp, hybrid_swa, state, tuple(notes),
-                    int(cap) if cap else None, plain_fp8, encoder_tokens)
+                    int(cap) if cap else None, plain_fp8, encoder_tokens, context_len)
 
 
 def default_mem_fraction(gpu_mib: int | None, tp: int, pp: int, rules: Rules, mla: bool) -> float:
@@ -674,7 +749,7 @@ def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], 
             swa_message = (f"SWA pool ({swa_tokens} tokens) cannot hold even one request: the prefill admission floor "
                            f"is sliding_window_size ({max(windows)}) + page_size ({prepared.page}) "
                            "(SGLang refuses to start)")
-    context_len = int(opts.get("context_length") or max_model_len or ctx)
+    context_len = int(opts.get("context_length") or prepared.context_len or max_model_len or ctx)
     est = min(max(int(n / context_len * 512), 2048), 4096) if context_len else 2048
     user = opts.get("max_running_requests")
     cap = min(int(user), est) if user else min(est, n // 2)  # _resolve_max_num_reqs

@@ -203,10 +203,12 @@ class Prepared(layout.StagedLayout):
 
 
 # Families whose TensorRT-LLM code kvplan has not read (no source here): refused rather than sized by another rule
-# T5 / BART: TensorRT-LLM keeps cross-attention K/V in a second KV cache manager that is handed
+# T5 / BART / Whisper: TensorRT-LLM keeps cross-attention K/V in a second KV cache manager that is handed
 # cross_kv_cache_fraction (0.5 in its examples) of the free memory, the self-attention manager the rest
-# (cpp/tensorrt_llm/batch_manager/trtGptModelInflightBatching.cpp: createKvCacheManager(kSELF, free x (1 - fraction))
-# and (kCROSS, free x fraction)); kvplan's one block pool does not reproduce that split (Whisper's row neither).
+# (cpp/tensorrt_llm/batch_manager/trtGptModelInflightBatching.cpp: for any model with useCrossAttention(),
+# createKvCacheManager(kSELF, free x (1 - fraction)) and (kCROSS, free x fraction); the fraction has no default,
+# "Must set crossKvCacheFraction for encoder-decoder model"); kvplan's one block pool does not reproduce that split.
+# Whisper runs there as an encoder-decoder engine pair (examples/models/core/whisper), so it takes the same path.
 _ENC_DEC = ("not modelled: TensorRT-LLM holds cross-attention K/V in a separate KV cache manager given "
             "cross_kv_cache_fraction of the memory (trtGptModelInflightBatching.cpp), a split kvplan's pool does not "
             "reproduce")
@@ -227,7 +229,7 @@ REFUSED_FAMILIES = {
     "mllama": "not modelled: TensorRT-LLM's PyTorch backend runs Llama-3.2-Vision text-only (its cross-attention "
               "layers are not built: _torch/models/modeling_mllama.py), and kvplan has not read its TensorRT-engine "
               "flow (models/mllama)",
-    **dict.fromkeys(("t5", "mt5", "bart", "mbart"), _ENC_DEC),
+    **dict.fromkeys(("t5", "mt5", "bart", "mbart", "whisper"), _ENC_DEC),
     "gemma3n": "TensorRT-LLM has no Gemma-3n model (no Gemma3n architecture in _torch/models/_arch_index.py "
                "MODEL_ARCH_TO_MODULE nor in tensorrt_llm/models MODEL_MAP)",
     # Read in NVIDIA/TensorRT-LLM main (2026, after the 1.2.1 wheel; the model files are newer than the 1.0 rules):
