@@ -5,7 +5,8 @@ binary, on CPU, one thread) serves a scaled GGUF on 127.0.0.1, and request mixes
 - its debug log (`-lv 5`): every update_slots iteration ("posting NEXT_RESPONSE"), every llama_decode attempt
   ("decode: n_batch (effective) = N, off = O", retries after "failed to find free space in the KV cache"), every
   task launched into a slot ("processing task"), deferred ("defer task") and put back ("pop deferred task"), every
-  prompt started ("new prompt ... task.n_tokens = P", "cached n_tokens = C") and every slot released;
+  prompt started ("new prompt ... task.n_tokens = P", then "cached n_tokens = C": the prefix reused; the same line
+  printed again when a chunked prompt continues gives its earlier chunks, not a reuse) and every slot released;
 - its HTTP answers: the slot (`id_slot`), prompt tokens reused (`timings.cache_n`), tokens predicted, `truncated`,
   and error types (exceed_context_size_error; "Context size has been exceeded.");
 - `GET /metrics` (--metrics) polled while it runs: `requests_processing`, `requests_deferred`,
@@ -253,6 +254,7 @@ def parse_log(log: str) -> tuple[list[Iteration], dict[int, Task]]:
     processing = deferred = 0
     current: Iteration | None = None
     posted: dict[int, int] = {}
+    starting: set[int] = set()  # tasks whose "new prompt" is logged and whose reused prefix is not yet
     for e in entries:
         if "update_slots: posting NEXT_RESPONSE" in e:
             current = None
@@ -279,8 +281,14 @@ def parse_log(log: str) -> tuple[list[Iteration], dict[int, Task]]:
             deferred -= 1
         elif m := _PROMPT.search(e):
             tasks[int(m.group(2))].prompt = int(m.group(3))
-        elif m := _CACHED.search(e):
+            starting.add(int(m.group(2)))
+        elif (m := _CACHED.search(e)) and int(m.group(2)) in starting:
+            # update_slots prints "cached n_tokens" at every iteration that adds a piece of the prompt (b11434
+            # server-context.cpp, after the SLOT_STATE_STARTED block): only the first, right after "new prompt",
+            # is the prefix reused (n_prompt_cached, timings.cache_n); a prompt chunked over iterations prints
+            # the tokens of its earlier chunks after it
             tasks[int(m.group(2))].cached = int(m.group(3))
+            starting.discard(int(m.group(2)))
         elif _RELEASE.search(e):
             processing -= 1
     for t in tasks.values():

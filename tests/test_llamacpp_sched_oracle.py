@@ -177,3 +177,24 @@ def test_plan_reports_what_the_server_did(served, gguf, tmp_path, mix_id):
     own = simulate(settings(mix), [SimRequest(p, o, mix.get("shared_prefix", 0)) for p, o in mix["requests"]])
     assert (run["steps"], run["failed_requests"], run["kv_exhaustions"]) == \
         (len(own.steps), own.count("failed"), len(own.failures))
+
+
+def test_a_chunked_prompt_keeps_the_prefix_reused_at_its_start():
+    """llama-server prints "cached n_tokens" at every iteration that adds a piece of a prompt: the prefix mix's first
+    four prompts (618 + 483 + 653 + 430 > n_batch 2048) landing in iteration 0 chunked task 1's and its second line
+    said 482 (the chunk already decoded), not a reuse: the answer's cache_n was 0. Lines from that run's log."""
+    log = """\
+0.00.204.099 D que          post: new task, id = 1/1, front = 0
+0.00.207.625 I slot launch_slot_: id  3 | task 1 | processing task, is_child = 0
+0.00.207.712 D srv  update_slots: posting NEXT_RESPONSE
+0.00.207.985 I slot   operator(): id  3 | task 1 | new prompt, n_ctx_slot = 1024, n_keep = 0, task.n_tokens = 618
+0.00.207.985 I slot   operator(): id  3 | task 1 | cached n_tokens = 0, memory_seq_rm [0, end)
+0.00.208.196 D srv        decode: n_batch (effective) = 2048, off = 0
+0.01.903.700 D srv  update_slots: posting NEXT_RESPONSE
+0.01.903.788 I slot   operator(): id  3 | task 1 | cached n_tokens = 482, memory_seq_rm [482, end)
+0.01.903.961 D srv        decode: n_batch (effective) = 2048, off = 0
+"""
+    iterations, tasks = srv.parse_log(log)
+    assert [it.views for it in iterations] == [[(0, 2048)], [(0, 2048)]]
+    t = tasks[1]
+    assert (t.prompt, t.slot, t.cached, t.arrival, t.posted) == (618, 3, 0, 0, 0)
