@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from math import prod
-from typing import Any
+from typing import Any, Callable
 
 from kvplan import dtypes
 from kvplan.engines import base, layout
@@ -399,7 +399,7 @@ def _check_swa_layers(spec: ModelSpec) -> None:
                                      "build_attn_inp_kv): it would run this config's sliding layers as full attention")
 
 
-def _check_minimax01(spec: ModelSpec) -> None:
+def _minimax01_as_converted(spec: ModelSpec) -> ModelSpec:
     """A MiniMax-01 config.json becomes a GGUF through convert_hf_to_gguf (b11434 conversion/minimax.py), which maps
     MiniMaxText01ForCausalLM and MiniMaxM1ForCausalLM only and writes no layer pattern: llama.cpp then makes every
     8th layer full attention (src/models/minimax-01.cpp load_arch_hparams, full_attention_interval default 8). A
@@ -412,6 +412,7 @@ def _check_minimax01(spec: ModelSpec) -> None:
         raise layout.UnsupportedKind("llama.cpp makes every 8th MiniMax-01 layer full attention (src/models/"
                                      "minimax-01.cpp; the converter writes no layer pattern), which this config's "
                                      "attn_type_list does not: size the GGUF itself")
+    return spec
 
 
 # src/models/gemma3n.cpp load_arch_hparams (b11434): n_layer_kv_from_start = 20 whatever the file says (the
@@ -436,18 +437,24 @@ def gemma3n_layers(spec: ModelSpec) -> ModelSpec:
     return replace(spec, caches=tuple(caches))
 
 
+# What llama.cpp (b11434) runs for a config.json of these families: its converter and loader fix layers the config
+# states otherwise, or refuse it in one line. A GGUF file carries llama.cpp's own metadata and skips this.
+FROM_CONFIG: dict[str, Callable[[ModelSpec], ModelSpec]] = {
+    "gemma3n": gemma3n_layers,
+    "minimax-01": _minimax01_as_converted,
+}
+
+
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
     layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
-    if spec.family == "gemma3n" and spec.stored_format is None:
-        spec = gemma3n_layers(spec)
+    if spec.stored_format is None and spec.family in FROM_CONFIG:
+        spec = FROM_CONFIG[spec.family](spec)
     if tp > 1:
         raise InputError("llama.cpp splits a model by layers across GPUs, not by tensor parallelism; use --pp N "
                          "for a layer split over N GPUs")
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     _check_swa_layers(spec)
-    if spec.family == "minimax-01" and spec.stored_format is None:
-        _check_minimax01(spec)
     rules = selected.rules
     unified = bool(opts.get("kv_unified") or False)
     t5 = spec.family in T5_FAMILIES
