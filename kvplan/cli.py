@@ -800,7 +800,7 @@ class _ClosedPipeGuard:
             _quiet_closed_pipe()
             return 0
         except OSError as e:
-            raise EnvironmentProblem(f"cannot write the output: {e.strerror or e}") from None
+            raise _unwritable(e) from None
 
     def flush(self) -> None:
         try:
@@ -808,20 +808,32 @@ class _ClosedPipeGuard:
         except BrokenPipeError:
             _quiet_closed_pipe()
         except OSError as e:
-            raise EnvironmentProblem(f"cannot write the output: {e.strerror or e}") from None
+            raise _unwritable(e) from None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
 
-def _quiet_closed_pipe() -> None:
-    """The reader went away (`| head`, `| true`): stop quietly, and keep Python from complaining at exit."""
+def _stdout_to_devnull() -> None:
+    """Point stdout's descriptor at /dev/null, so the interpreter's last flush of what is still buffered succeeds
+    (else Python prints 'Exception ignored ...' and exits 120)."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass
+
+
+def _quiet_closed_pipe() -> None:
+    """The reader went away (`| head`, `| true`): stop quietly, and keep Python from complaining at exit."""
+    _stdout_to_devnull()
     sys.exit(0)
+
+
+def _unwritable(e: OSError) -> EnvironmentProblem:
+    """stdout refuses the bytes (a full disk, /dev/full): one line and exit 2, and nothing more at exit."""
+    _stdout_to_devnull()
+    return EnvironmentProblem(f"cannot write the output: {e.strerror or e}")
 
 
 def _fail(message: str, code: int) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import io
+import os
 import subprocess
 import sys
 from contextlib import redirect_stderr, redirect_stdout
@@ -92,6 +93,18 @@ def test_a_closed_pipe_in_a_real_process():
     err = p.stderr.read().decode()
     assert p.wait(timeout=60) == 0
     assert "Traceback" not in err and "Exception ignored" not in err
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [("size", "llama-2-7b", "--json"), ("size", "llama-2-7b")])
+def test_a_full_disk_in_a_real_process(args):
+    """`kvplan size ... > /dev/full`: one line and exit 2; the interpreter's last flush of the buffered output must
+    not add 'Exception ignored ...' and turn the exit code into 120."""
+    with open("/dev/full", "w") as full:
+        p = subprocess.run([sys.executable, "-m", "kvplan", *args], stdout=full, stderr=subprocess.PIPE, timeout=60)
+    err = p.stderr.decode()
+    assert p.returncode == 2, err
+    assert err.splitlines() == ["kvplan: error: cannot write the output: No space left on device"]
 
 
 def test_h_is_help_everywhere_and_version_names_the_stack():
