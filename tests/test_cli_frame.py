@@ -100,8 +100,10 @@ def test_a_closed_pipe_in_a_real_process():
 def test_a_full_disk_in_a_real_process(args):
     """`kvplan size ... > /dev/full`: one line and exit 2; the interpreter's last flush of the buffered output must
     not add 'Exception ignored ...' and turn the exit code into 120."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # buffered, as a user's shell runs it
     with open("/dev/full", "w") as full:
-        p = subprocess.run([sys.executable, "-m", "kvplan", *args], stdout=full, stderr=subprocess.PIPE, timeout=60)
+        p = subprocess.run([sys.executable, "-m", "kvplan", *args], stdout=full, stderr=subprocess.PIPE, timeout=60,
+                           env=env)
     err = p.stderr.decode()
     assert p.returncode == 2, err
     assert err.splitlines() == ["kvplan: error: cannot write the output: No space left on device"]
