@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
+from kvplan import dtypes
 from kvplan.engines.base import PlanGroup, tensor
 from kvplan.errors import InputError
 from kvplan.parallel import pad_to
@@ -209,7 +210,7 @@ class Dsv4Rule:
                 rows = _state_rows(s.c4_state, 4)  # per SWA page, 8 rows (c4_state_pool_size)
             else:  # request-scoped: max(c128_state_pool_size, num_req_slots x ring)
                 rows = _state_rows(max(s.c128_state, (batch + 1) * RING[128]), 128)
-            t = tensor(f"c{c.ratio} compress state (kv + score)", (rows, c.width), "float32", n)
+            t = tensor(f"c{c.ratio} compress state (kv + score)", (rows, c.width), dtypes.KV_DTYPES["fp32"], n)
             return PlanGroup(c.kind, tuple(layers), None, None, None, RING[c.ratio], 0, "fp32 state",
                              t.total_bytes, 0, (t,), c.describe())
         raise InputError(f"SGLang 0.5.23 keeps no DeepSeek-V4 pool for {c.kind}")
