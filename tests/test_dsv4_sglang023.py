@@ -97,6 +97,7 @@ def test_bytes_per_full_token_written_out():
 
 
 @pytest.mark.parametrize("name,budget,requests", [("flash", 112_424_859_834, 256), ("flash", 3_000_000_000, 256),
+                                                   ("flash", 112_424_859_834, 100),
                                                    ("flash", 7_777_777_777, 48), ("pro", 23_621_572_938, 256),
                                                    ("pro", 6_000_000_000, 1000)])
 def test_pools_written_out(name, budget, requests):
@@ -109,8 +110,9 @@ def test_pools_written_out(name, budget, requests):
     assert {k: d[k] for k in want} == want
     assert r["kv_capacity_tokens"] == d["max_total_num_tokens"] == want["full_max_total_num_tokens"]
     assert r["engine_batch_cap"] == want["max_running_requests"]
-    # a 64k request holds 65,536 full-pool tokens and one 256-token SWA page
-    assert r["max_batch"] == min(want["full_max_total_num_tokens"] // 65_536, want["swa_max_total_num_tokens"] // 256)
+    # a 64k request holds 65,536 full-pool tokens and one 256-token SWA page; the request slots cap it
+    assert r["max_batch"] == min(want["full_max_total_num_tokens"] // 65_536, want["swa_max_total_num_tokens"] // 256,
+                                 want["max_running_requests"])
 
 
 # ---------------------------------------------------------------------------------------------- SGLang's own code

@@ -333,7 +333,8 @@ class Prepared(layout.StagedLayout):
             st = self.dsv4[stage]
             return {"page_size": self.page, "bytes_per_full_token": st.bytes_per_full_token(),
                     "bytes_per_swa_token": st.bytes_per_swa_token(),
-                    "c128_state_fixed_bytes": st.c128_state_fixed_bytes(self.dsv4_requests)}
+                    "c128_state_fixed_bytes": st.c128_state_fixed_bytes(self.dsv4_requests),
+                    "padding_bytes": sglang_dsv4.padding_bytes(st, ctx, batch, self.dsv4_window)}
         return {"page_size": self.page, "cell_size": self.cell_size(stage)}
 
 
@@ -731,10 +732,12 @@ def dsv4_pools(prepared: Prepared, budgets: list[int]) -> sglang_dsv4.PoolSizes:
 
 def _dsv4_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
     """Requests of ctx tokens both pools hold: ctx of the full pool, min(ctx, window) of the SWA pool, each rounded
-    to the 256-token page."""
+    to the 256-token page; at most max_running_requests, the request slots the c128 state rings and the req-to-token
+    pool are allocated for (a request beyond them has no state ring, whatever the token pools hold)."""
     s = dsv4_pools(prepared, budgets)
     page = sglang_dsv4.PAGE
-    return min(s.full // base.pad_to(ctx, page), s.swa // base.pad_to(min(ctx, prepared.dsv4_window), page))
+    return min(s.full // base.pad_to(ctx, page), s.swa // base.pad_to(min(ctx, prepared.dsv4_window), page),
+               s.max_running_requests)
 
 
 def max_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:

@@ -23,6 +23,7 @@ size + ring + 1 rows, padded to the ratio.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -166,6 +167,19 @@ def request_sizes(ctx: int, batch: int, window: int) -> PoolSizes:
     full = batch * pad_to(ctx, PAGE)
     swa = batch * pad_to(min(ctx, window), PAGE)
     return PoolSizes(full, swa, full // 4, full // 128, swa // PAGE * RING[4], (batch + 1) * RING[128], batch)
+
+
+def padding_bytes(stage: Dsv4Stage, ctx: int, batch: int, window: int) -> int:
+    """What the pools of `size` allocate beyond their slots at page-average bytes (the coefficient
+    DSV4PoolConfigurator prices): each pool's padding page (_num_dsv4_physical_kv_pages) and rounding."""
+    s = request_sizes(ctx, batch, window)
+    out = Fraction(0)
+    for layers, size, page, row in ((stage.layers, s.swa, PAGE, None), (stage.c4, s.c4, PAGE // 4, None),
+                                    (stage.c128, s.c128, PAGE // 128, None),
+                                    (stage.c4, s.c128 * 32, INDEX_PAGE, INDEX_PAGE * indexer_bytes(stage.index_dim))):
+        page_bytes = row if row is not None else v4_page_bytes(page)
+        out += layers * (_pages(size, page) * page_bytes - Fraction(size * page_bytes, page))
+    return math.ceil(out)
 
 
 def _pages(size: int, page: int) -> int:
