@@ -80,9 +80,9 @@ def test_kv_dtype_and_block_size_are_the_backends():
     for engine in ("llamacpp",):
         out = run_cli("size", str(CONFIGS["flash"]), "--engine", engine)
         assert out.code == 2 and "sliding_latent" in out.err, engine
-    # SGLang and TensorRT-LLM: refused by family, naming what their source does (tests/test_sglang_trtllm_families.py)
-    for engine, why in (("sglang", "DSV4PoolConfigurator"), ("sglang@0.5", "0.5.10 has no DeepSeek-V4 model"),
-                        ("trtllm", "KVCacheManagerV2")):
+    # SGLang 0.5.10 and TensorRT-LLM: refused by family, naming what their source does
+    # (tests/test_sglang_trtllm_families.py; SGLang 0.5.23 lays it out: tests/test_dsv4_sglang023.py)
+    for engine, why in (("sglang@0.5", "0.5.10 has no DeepSeek-V4 model"), ("trtllm", "KVCacheManagerV2")):
         out = run_cli("size", str(CONFIGS["flash"]), "--engine", engine)
         assert out.code == 2 and out.err.count("\n") == 1 and why in out.err, engine
 

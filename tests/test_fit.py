@@ -43,7 +43,7 @@ def test_boundary_is_exact(alias, engine, gib, ctx):
         if r.setup.engine.name == "trtllm":  # TRT-LLM rounds max_tokens UP to whole blocks (engine log, July 2025)
             slack = prep.tpb * prep.bytes_per_token(0)
         if r.setup.engine.name == "sglang":  # SGLang sizes the pool, then allocates one padding page beyond it
-            slack = prep.page * plan.details["cell_size"]
+            slack = plan.details["padding_bytes"] if prep.dsv4 else prep.page * plan.details["cell_size"]
         assert plan.kv_bytes <= kv[plan.limiting_stage] + slack
     assert not module.fits(prep, r.ctx, uncapped + 1, kv)
     assert r.max_batch == min(uncapped, r.capacity.engine_batch_cap or uncapped)

@@ -9,7 +9,7 @@
   shape transformers builds from global_head_dim / num_global_key_value_heads and its SWA pool the sliding shape
   (utils/hf_transformers/config.py _apply_gemma4_attention_overrides), its window is sliding_window - 1
   (get_attention_sliding_window_size) and its KV-shared layers keep their own rows. DeepSeek-V4 runs on
-  DSV4PoolConfigurator, not laid out: refused. The 0.5.10.post1 wheel (the `sglang@0.5` row) has none of the three
+  DSV4PoolConfigurator, laid out in tests/test_dsv4_sglang023.py (a bf16 cache is refused). The 0.5.10.post1 wheel (the `sglang@0.5` row) has none of the three
   models: refused.
 - TensorRT-LLM (main, the index's copy: _torch/models/modeling_gemma4.py, modeling_step3p7.py,
   modeling_deepseekv4.py, docs/source/features/kvcache.md): Gemma 4 and DeepSeek-V4 run on KVCacheManagerV2 only,
@@ -205,7 +205,7 @@ REFUSALS = [
     (GEMMA_26B, "sglang@0.4", "SGLang 0.5.10 has no Gemma 4 model"),
     (STEP_FLASH, "sglang@0.5", "no Step3p7ForConditionalGeneration"),
     (DSV4_FLASH, "sglang@0.5", "SGLang 0.5.10 has no DeepSeek-V4 model"),
-    (DSV4_FLASH, "sglang@0.5.23", "DSV4PoolConfigurator"),
+    (DSV4_FLASH, "sglang@0.5.23 --kv-dtype bf16", "fp8_e4m3 only"),  # laid out otherwise: test_dsv4_sglang023.py
     (GEMMA_26B, "trtllm", "KVCacheManagerV2 unconditionally"),
     (STEP_FLASH, "trtllm", "max_attention_window"),
     (DSV4_FLASH, "trtllm", "KVCacheManagerV2"),
@@ -214,5 +214,5 @@ REFUSALS = [
 
 @pytest.mark.parametrize("config,engine,phrase", REFUSALS, ids=[f"{p.parent.name}-{e}" for p, e, _ in REFUSALS])
 def test_refused_in_one_line(config, engine, phrase):
-    out = run_cli("size", str(config), "--engine", engine)
+    out = run_cli("size", str(config), "--engine", *engine.split())
     assert out.code == 2 and out.err.count("\n") == 1 and phrase in out.err and "Traceback" not in out.err

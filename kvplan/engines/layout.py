@@ -55,8 +55,8 @@ class NotModelled:
 
 NO_CACHE = NoCacheRule()
 
-# DeepSeek-V4's four cache kinds, laid out from vLLM's and transformers' source; the other engines decline them
-# (not_modelled)
+# DeepSeek-V4's four cache kinds, laid out from vLLM's, SGLang 0.5.23's and transformers' source; the other engines
+# decline them (not_modelled)
 DEEPSEEK_V4_CACHES = (SlidingLatent, CompressedLatent, CompressedIndexerKeys, CompressorState)
 
 
@@ -65,7 +65,7 @@ def not_modelled(kinds: tuple[type, ...], why: str) -> dict[type, NotModelled]:
 
 
 DEEPSEEK_V4_NOT_MODELLED = not_modelled(DEEPSEEK_V4_CACHES, "DeepSeek-V4's window, compressed-latent, indexer and "
-                                        "compressor-state caches are modelled for vLLM and transformers (hf) only")
+                                        "compressor-state caches are modelled for vLLM, SGLang 0.5.23 and transformers (hf) only")
 
 
 class UnsupportedKind(InputError):

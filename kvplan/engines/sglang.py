@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvplan import dtypes
-from kvplan.engines import base, layout
+from kvplan.engines import base, layout, sglang_dsv4
 from kvplan.engines.base import EngineInfo, KVDtypes, PlanGroup, tensor
 from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select
@@ -21,7 +21,8 @@ from kvplan.errors import InputError
 from kvplan.parallel import heads_floor, pad_to
 from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
                          KimiDeltaState, LightningState, LinearAttentionState, MambaState, ModelSpec, NoCache,
-                         RecurrentState, SharedKV, ShortConvState, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
+                         RecurrentState, SharedKV, ShortConvState, SlidingLatent, SlidingWindow, SparseLatentAttention,
+                         WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,7 @@ LISTED = LISTINGS["sglang"]
 KNOBS = LISTED.knobs
 ENGINE = EngineInfo(
     name=LISTED.name, aliases=LISTED.aliases, summary=LISTED.summary, versions=VERSIONS, kv_dtypes=KV_DTYPES,
-    knobs=KNOBS, default_kv_dtype=base.serving_dtype, honours_checkpoint_kv=True, uses_vllm_max_ctx=True,
+    knobs=KNOBS, default_kv_dtype=lambda spec: default_kv_dtype(spec), honours_checkpoint_kv=True, uses_vllm_max_ctx=True,
     weight_float_dtype=base.serving_dtype, heads_per_gpu=heads_floor,
 )
 # model_config.py is_hybrid_swa_model: the HF classes SGLang gives a separate sliding-window pool (plus the GGUF
@@ -75,6 +76,13 @@ HYBRID_SWA_ARCHITECTURES = frozenset({
 # (the config's sliding_window_size, else sliding_window), the window kvplan's spec already holds; Gemma 4 (0.5.23)
 # is _hybrid_swa_0_5_23's.
 WINDOW_MINUS_ONE = frozenset({"GptOssForCausalLM", "gpt-oss"})
+
+
+def default_kv_dtype(spec: ModelSpec) -> dtypes.DType:
+    """`auto`: the model dtype; DeepSeek-V4's fp8_e4m3 (arg_groups/overrides.py _deepseek_v4_kv_cache_dtype)."""
+    if any(isinstance(c, SlidingLatent) for _, c in spec.caches):
+        return dtypes.KV_DTYPES["fp8_e4m3"]
+    return base.serving_dtype(spec)
 
 
 def select_version(requested: str | None) -> Selected[Rules]:
@@ -254,7 +262,8 @@ KIND_RULES: dict[type, Any] = {
                                        "hybrid_lightning_config)"),
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
-    **layout.DEEPSEEK_V4_NOT_MODELLED,
+    # DeepSeek-V4 (0.5.23 only: 0.5.10 refuses the family in prepare): DeepSeekV4TokenToKVPool (sglang_dsv4.py)
+    **dict.fromkeys(layout.DEEPSEEK_V4_CACHES, sglang_dsv4.DSV4_RULE),
 }
 
 
@@ -287,6 +296,11 @@ class Prepared(layout.StagedLayout):
     encoder_tokens: int = 0
     # SGLang's derived context_len where it is not the model maximum kvplan prints (Whisper: 2048), else None
     context_len: int | None = None
+    # DeepSeek-V4 (0.5.23, sglang_dsv4.py): each stage's counts for DSV4PoolConfigurator, the window, and the
+    # --max-running-requests the configurator reserves c128 state rings for; () for every other model
+    dsv4: tuple[sglang_dsv4.Dsv4Stage, ...] = ()
+    dsv4_window: int = 0
+    dsv4_requests: int = 0
 
     @property
     def label(self) -> str:
@@ -315,6 +329,12 @@ class Prepared(layout.StagedLayout):
         return out
 
     def details(self, ctx: int, batch: int, stage: int) -> dict[str, Any]:
+        if self.dsv4:
+            st = self.dsv4[stage]
+            return {"page_size": self.page, "bytes_per_full_token": st.bytes_per_full_token(),
+                    "bytes_per_swa_token": st.bytes_per_swa_token(),
+                    "c128_state_fixed_bytes": st.c128_state_fixed_bytes(self.dsv4_requests),
+                    "padding_bytes": sglang_dsv4.padding_bytes(st, ctx, batch, self.dsv4_window)}
         return {"page_size": self.page, "cell_size": self.cell_size(stage)}
 
 
@@ -424,14 +444,8 @@ NOT_IN_0_5_10 = {
                 "kvplan read 0.5.23's (models/step3p7.py): use --engine sglang@0.5.23",
     "deepseek-v4": "SGLang 0.5.10 has no DeepSeek-V4 model (no srt/models/deepseek_v4.py)",
 }
-# Read in 0.5.23 and not laid out: DSV4PoolConfigurator is a pool family of its own
-NOT_MODELLED_0_5_23 = {
-    "deepseek-v4": "not modelled: SGLang 0.5.23 sizes DeepSeek-V4 with its own DSV4PoolConfigurator "
-                   "(model_executor/pool_configurator.py, mem_cache/deepseek_v4_memory_pool.py): a 128-token SWA "
-                   "ring pool at swa_full_tokens_ratio 0.1, c4 / c128 compressed pools with fp4 indexer keys, "
-                   "compress-state rings and request-capped SWA tails from max_running_requests, --swa-prefix-tails "
-                   "and SGLANG_DSV4_* switches; kvplan has not laid it out",
-}
+# Read in 0.5.23 and not laid out (none now: DeepSeek-V4 is sglang_dsv4.py)
+NOT_MODELLED_0_5_23: dict[str, str] = {}
 # Gemma 4 on SM100: arg_groups/model_overrides/gemma4.py picks trtllm_mha there, and arg_groups/overrides.py moves a
 # page size outside 16/32/64/128 to 64 for that backend (triton, page 1, elsewhere)
 TRTLLM_MHA_PAGES = (16, 32, 64, 128)
@@ -516,6 +530,8 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     sparse = SparseLatentAttention in kinds
     arch = base.gpu_arch(gpu.name) if gpu is not None else "hopper"
     stages = layout.stages(spec, pp)
+    if spec.family == "deepseek-v4":
+        return _prepare_dsv4(spec, stages, tp, pp, kvd, selected, opts, gpu)
     family_notes: list[str] = []
     hybrid_swa = spec.architecture in HYBRID_SWA_ARCHITECTURES
     if selected.rules.gemma4_step37 and spec.family in ("gemma4", "step-3.7"):
@@ -577,6 +593,55 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     cap = opts.get("max_total_tokens")
     return Prepared(selected, spec, stages, kvd, page, tp, pp, hybrid_swa, state, tuple(notes),
                     int(cap) if cap else None, plain_fp8, encoder_tokens, context_len)
+
+
+def _prepare_dsv4(spec: ModelSpec, stages: tuple[layout.Caches, ...], tp: int, pp: int, kvd: KVDtypes,
+                  selected: Selected[Rules], opts: dict[str, Any], gpu: base.GpuContext | None) -> Prepared:
+    """DeepSeek-V4 on SGLang 0.5.23's DSV4PoolConfigurator / DeepSeekV4TokenToKVPool (sglang_dsv4.py)."""
+    name = (gpu.name or "").lower() if gpu is not None else ""
+    if any(k in name for k in ("mi300", "mi325", "mi350", "mi355", "mi250", "instinct")):
+        raise layout.UnsupportedKind("sglang cannot size this deepseek-v4 model on an AMD GPU: not modelled (kvplan "
+                                     "read SGLang 0.5.23's NVIDIA flashmla pools; ROCm has the unified_kv_triton pool "
+                                     "and aiter layouts)")
+    if kvd.k.name != "fp8_e4m3" or kvd.v.name != "fp8_e4m3":
+        raise InputError(f"SGLang 0.5.23 stores DeepSeek-V4's cache as fp8_e4m3 only, not {kvd.label}: its flashmla "
+                         "pools hold uint8 V4 records (DeepSeekV4SingleKVPool.create_buffer asserts a uint8 store; "
+                         "bfloat16 is the NPU pool's)")
+    given = int(opts.get("page_size") or 0)
+    if given and given != sglang_dsv4.PAGE:
+        raise InputError(f"--page-size {given} does not apply to DeepSeek-V4 on SGLang 0.5.23: "
+                         "model_overrides/deepseek_v4.py sets page_size 256 (_build_dsv4_kv_pool asserts it)")
+    for st in stages:
+        sglang_dsv4.check_geometry(st)
+    dsv4 = tuple(sglang_dsv4.stage_of(st) for st in stages)
+    window = next(c.window for _, c in spec.caches if type(c) is SlidingLatent)
+    requested = int(opts.get("max_running_requests") or sglang_dsv4.MAX_RUNNING_REQUESTS)
+    st = dsv4[0]
+    notes = [
+        "SGLang 0.5.23 DeepSeek-V4 (DSV4PoolConfigurator, DeepSeekV4TokenToKVPool; NVIDIA flashmla, V4 layout, every "
+        "SGLANG_DSV4_* switch at its default): page size 256; V4 records of 584 B (448 fp8 + 8 B of scales + 64 bf16 "
+        "RoPE) in pages padded to 576 B (585 B per SWA or c4 slot, 864 B per c128 slot); c4 indexer keys fp8 + "
+        "scale (132 B) sized c128 x 32; fp32 compress states: c4 rings of 8 rows per SWA page, c128 rings of 128 "
+        "rows per request slot; each pool allocates one 256-token page of padding",
+        f"pools from the budget: full = (budget - c128 state rings for {requested} requests) / bytes_per_full_token "
+        f"({st.bytes_per_full_token()} = 0.1 x {st.bytes_per_swa_token()} per SWA slot + the c4 / c128 latents and "
+        "indexer), floored to the page; swa = full x 0.1 (swa_full_tokens_ratio, model_overrides/deepseek_v4.py); "
+        "c4 = full / 4, c128 = full / 128",
+        f"a request holds ctx tokens of the full pool and min(ctx, {window}) of the SWA pool, each rounded to the "
+        "256-token page (the steady state: SWA eviction lag and prefill chunks are the scheduler's)",
+    ]
+    if kvd.source == "engine default":
+        notes.append("KV dtype fp8_e4m3: SGLang's auto for DeepSeek-V4 (arg_groups/overrides.py "
+                     "_deepseek_v4_kv_cache_dtype)")
+    if spec.rope_tables:
+        notes.append("SGLang's DeepSeek-V4 rotary tables (complex64 freqs_cis per RoPE base, models/deepseek_v4.py, "
+                     "and get_rope caches) are not laid out: the estimated budget subtracts kvplan's one table; "
+                     "--kv-budget plans a measured budget exactly")
+    if selected.note:
+        notes.append(selected.note)
+    cap = opts.get("max_total_tokens")
+    return Prepared(selected, spec, stages, kvd, sglang_dsv4.PAGE, tp, pp, False, (kvd.k, kvd.k), tuple(notes),
+                    int(cap) if cap else None, dsv4=dsv4, dsv4_window=window, dsv4_requests=requested)
 
 
 def default_mem_fraction(gpu_mib: int | None, tp: int, pp: int, rules: Rules, mla: bool) -> float:
@@ -661,7 +726,23 @@ def _token_pool(prepared: Prepared, budgets: list[int]) -> int:
     return n // prepared.page * prepared.page
 
 
+def dsv4_pools(prepared: Prepared, budgets: list[int]) -> sglang_dsv4.PoolSizes:
+    return sglang_dsv4.pool_sizes(prepared.dsv4, budgets, prepared.dsv4_requests, prepared.max_total_tokens)
+
+
+def _dsv4_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
+    """Requests of ctx tokens both pools hold: ctx of the full pool, min(ctx, window) of the SWA pool, each rounded
+    to the 256-token page; at most max_running_requests, the request slots the c128 state rings and the req-to-token
+    pool are allocated for (a request beyond them has no state ring, whatever the token pools hold)."""
+    s = dsv4_pools(prepared, budgets)
+    page = sglang_dsv4.PAGE
+    return min(s.full // base.pad_to(ctx, page), s.swa // base.pad_to(min(ctx, prepared.dsv4_window), page),
+               s.max_running_requests)
+
+
 def max_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
+    if prepared.dsv4:
+        return _dsv4_batch(prepared, ctx, budgets)
     if prepared.hybrid_swa:
         return _hybrid_swa_batch(prepared, ctx, budgets)
     if prepared.has_fixed_state():
@@ -728,13 +809,15 @@ def _hybrid_swa_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
 
 
 def fits(prepared: Prepared, ctx: int, batch: int, budgets: list[int]) -> bool:
-    if not prepared.hybrid_swa and prepared.has_fixed_state():
+    if not prepared.dsv4 and not prepared.hybrid_swa and prepared.has_fixed_state():
         return all(prepared.stage_bytes(ctx, batch, s) <= budgets[s] for s in range(len(prepared.stages)))
     return batch <= max_batch(prepared, ctx, budgets)
 
 
 def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], opts: dict[str, Any],
              gpu: base.GpuContext, max_model_len: int | None) -> base.Capacity:
+    if prepared.dsv4:
+        return _dsv4_capacity(prepared, ctx, budgets, opts, max_model_len)
     n = _token_pool(prepared, budgets)
     extra: dict[str, Any] = {}
     swa_message = None
@@ -760,3 +843,18 @@ def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], 
     return base.Capacity(max_batch(prepared, ctx, budgets), n, round(n / held, 2) if ctx else None, cap, start, message,
                          None, {"max_total_num_tokens": n, **extra, "page_size": prepared.page,
                                 "context_len": context_len})
+
+
+def _dsv4_capacity(prepared: Prepared, ctx: int, budgets: list[int], opts: dict[str, Any],
+                   max_model_len: int | None) -> base.Capacity:
+    """DeepSeek-V4 (0.5.23): max_total_num_tokens is the full pool (MemoryPoolConfig.max_total_num_tokens);
+    max_running_requests = min(--max-running-requests or 256, full // 2) (resolve_max_num_reqs)."""
+    s = dsv4_pools(prepared, budgets)
+    message = sglang_dsv4.swa_floor_message(s, prepared.dsv4_window)
+    context_len = int(opts.get("context_length") or max_model_len or ctx)
+    details = {"max_total_num_tokens": s.full, **s.to_json(), "max_running_requests": s.max_running_requests,
+               "page_size": prepared.page, "context_len": context_len,
+               "bytes_per_full_token": [st.bytes_per_full_token() for st in prepared.dsv4],
+               "c128_state_fixed_bytes": [st.c128_state_fixed_bytes(prepared.dsv4_requests) for st in prepared.dsv4]}
+    return base.Capacity(_dsv4_batch(prepared, ctx, budgets), s.full, round(s.full / ctx, 2) if ctx else None,
+                         s.max_running_requests, message is None, message, None, details)
