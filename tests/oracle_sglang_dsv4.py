@@ -14,7 +14,7 @@ import ast, json, os, sys, types, importlib.util
 from pathlib import Path
 from types import SimpleNamespace as NS
 
-SRC = os.environ.get("KVPLAN_SGLANG_SRC", "/tmp/dsv4sg/src/sglang")
+SRC = os.environ.get("KVPLAN_SGLANG_SRC", "/tmp/sg/src/sglang")
 ROOT = Path(__file__).resolve().parent.parent
 
 def load_kvlayout():

@@ -198,3 +198,45 @@ def test_swa_floor_refuses_to_start():
     tiny = c128_fixed(load("flash"), 256) + int(3_000 * 7_086.75)
     r = fit("flash", "--gpu", "8xH200", "--kv-budget", f"{tiny}B")
     assert r["engine_would_start"] is False and "cannot hold even one request" in r["engine_start_message"]
+
+
+# ---------------------------------------------------------------------------------------------- live: SGLang's code
+def _sglang_src():
+    import os
+    from pathlib import Path
+
+    src = os.environ.get("KVPLAN_SGLANG_SRC")
+    if not src or not (Path(src) / "srt" / "model_executor" / "pool_configurator.py").is_file():
+        pytest.skip("KVPLAN_SGLANG_SRC (an unzipped sglang==0.5.23 wheel's sglang/ folder) is not set; .ci/run sets "
+                    "it; the recorded figures above are checked either way")
+    return src
+
+
+def test_recorded_figures_are_sglang_0_5_23s_own():
+    """Run DSV4PoolConfigurator from the wheel now: the recorded file is what SGLang's code prints."""
+    _sglang_src()
+    import oracle_sglang_dsv4
+
+    assert oracle_sglang_dsv4.record() == ORACLE
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_random_budgets_equal_sglang_0_5_23(seed):
+    """Budgets and --max-running-requests SGLang's configurator and kvplan have not seen before, both configs."""
+    import random
+
+    _sglang_src()
+    import oracle_sglang_dsv4
+
+    rng = random.Random(seed)
+    for _ in range(4):
+        name = rng.choice(sorted(NAMES))
+        budget, mrr = rng.randrange(4_000_000_000, 130_000_000_000), rng.choice([8, 48, 100, 256, 777])
+        want = oracle_sglang_dsv4.run(json.loads(CONFIGS[NAMES[name]].read_text()), budget, mrr)
+        d = fit(NAMES[name], "--gpu", "8xH200", "--kv-budget", f"{budget}B", "--max-running-requests",
+                str(mrr))["engine_details"]
+        assert d["bytes_per_full_token"] == [want["bytes_per_full_token"]]
+        assert [d[k] for k in ("full_max_total_num_tokens", "swa_max_total_num_tokens", "c4_max_total_num_tokens",
+                               "c128_max_total_num_tokens", "c4_state_pool_size", "c128_state_pool_size",
+                               "max_running_requests")] == [want[k] for k in ("full", "swa", "c4", "c128", "c4_state",
+                                                                              "c128_state", "max_running_requests")], (name, budget, mrr)
