@@ -147,6 +147,83 @@ def test_ik_nemotron_ultra_per_layer_heads(engine_logs, tmp_path):
     assert_printed(tensor_bytes(d, "V"), printed(log, r"V \(q4_0\): +([\d.]+) MiB"), MiB, "V")
 
 
+def test_ik_command_a_cohere2_every_layer_full(engine_logs, tmp_path):
+    """Command-A (cohere2: 3 sliding layers of 4096, then 1 full) in ik_llama.cpp, which keeps no separate SWA cache:
+    every layer holds all n_ctx cells, llama.cpp's layout with --swa-full. The config is the log's own metadata."""
+    case = engine_logs["ik-command-a-agatha-111b-cohere2-q8kv-32k"]
+    log = case["log"]
+    meta = lambda key: int(printed(log, rf"llm_load_print_meta: {key} += (\d+)"))  # noqa: E731
+    cfg = write_config(tmp_path, "cmd-a", {
+        "architectures": ["Cohere2ForCausalLM"], "model_type": "cohere2", "vocab_size": 256000,
+        "hidden_size": meta("n_embd"), "intermediate_size": 36864, "num_hidden_layers": meta("n_layer"),
+        "num_attention_heads": meta("n_head"), "num_key_value_heads": meta("n_head_kv"),
+        "head_dim": meta("n_embd_head_k"), "sliding_window": meta("n_swa"),
+        "sliding_window_pattern": meta("n_swa_pattern"), "max_position_embeddings": meta("n_ctx_train"),
+        "torch_dtype": "bfloat16"})
+    ctx = str(int(printed(log, r"n_ctx += (\d+)")))
+    d = kvjson("size", cfg, "--ctx", ctx, "--engine", "llamacpp", "--kv-dtype", "q8_0", "--swa-full")
+    assert {g["kind"]: g["layers"] for g in d["groups"]} == {"sliding": 48, "full": 16}
+    assert_printed(d["kv_bytes"], printed(log, r"KV self size += +([\d.]+) MiB"), MiB, "total")
+    assert_printed(tensor_bytes(d, "K"), printed(log, r"K \(q8_0\): +([\d.]+) MiB"), MiB, "K")
+    assert_printed(tensor_bytes(d, "V"), printed(log, r"V \(q8_0\): +([\d.]+) MiB"), MiB, "V")
+    # mainline's iSWA cache (the default, no --swa-full) would be far smaller: the log is not that layout
+    mainline = kvjson("size", cfg, "--ctx", ctx, "--engine", "llamacpp", "--kv-dtype", "q8_0")
+    assert mainline["kv_bytes"] < 0.4 * d["kv_bytes"]
+
+
+def test_ik_kimi_k2_latent_q8_and_cuda_row_padding(engine_logs, tmp_path):
+    """Kimi-K2 (deepseek2 arch, -mla 3): the q8_0 latent cache alone. The config is the log's metadata. The two
+    CUDA buffers carry ggml-cuda's one padded row per quantized tensor whose row (576) is not a multiple of 512."""
+    case = engine_logs["ik-kimi-k2-instruct-mla3-q8-latent-128k"]
+    log = case["log"]
+    kv = lambda key: int(printed(log, rf"deepseek2\.{key} u32 += (\d+)"))  # noqa: E731
+    layers, rank, rope = kv("block_count"), kv("attention.kv_lora_rank"), kv("rope.dimension_count")
+    cfg = write_config(tmp_path, "k2", {
+        "architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "vocab_size": 163840,
+        "hidden_size": 7168, "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": layers,
+        "num_attention_heads": int(printed(log, r"n_head += (\d+)")), "num_key_value_heads": 64,
+        "n_routed_experts": 384, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
+        "q_lora_rank": 1536, "kv_lora_rank": rank, "qk_nope_head_dim": 128, "qk_rope_head_dim": rope,
+        "v_head_dim": int(printed(log, r"n_embd_head_v += (\d+)")), "max_position_embeddings": 131072,
+        "torch_dtype": "bfloat16"})
+    ctx = int(printed(log, r"n_ctx += (\d+)"))
+    d = kvjson("size", cfg, "--ctx", str(ctx), "--engine", "llamacpp", "--kv-dtype", "q8_0")
+    assert_printed(d["kv_bytes"], printed(log, r"KV self size += +([\d.]+) MiB"), MiB, "total")
+    assert_printed(d["kv_bytes"], printed(log, r"c\^KV \(q8_0\): +([\d.]+) MiB"), MiB, "latent")
+    per_layer = d["kv_bytes"] // layers
+    pad = (512 - (rank + rope) % 512) * 34 // 32  # ggml-cuda get_alloc_size: one q8_0 row of the missing elements
+    buffers = [Decimal(x) for x in re.findall(r"CUDA\d KV buffer size = +([\d.]+) MiB", log)]
+    for n_layers, buf in zip((13, 48), buffers):  # --tensor-split 1,4 over 61 layers
+        assert_printed(n_layers * (per_layer + pad), buf, MiB, f"{n_layers}-layer buffer")
+
+
+def test_llamacpp_lfm2_hybrid_kv_and_conv_state(engine_logs, tmp_path):
+    """LFM2 (LFM2.5-Audio's language model): K/V on the 6 attention layers the per-layer n_head_kv marks, r rows
+    ((L_cache - 1) x hidden, f32) on the 10 short-conv layers, no s rows. The config is the log's own metadata."""
+    case = engine_logs["llamacpp-lfm2.5-audio-1.5b-lm-4k-cpu"]
+    log = case["log"]
+    heads = [int(x) for x in re.search(r"n_head_kv += \[([^\]]*)\]", log).group(1).split(",")]
+    meta = lambda key: int(printed(log, rf"print_info: {key} += (\d+)"))  # noqa: E731
+    cfg = write_config(tmp_path, "lfm2", {
+        "architectures": ["Lfm2ForCausalLM"], "model_type": "lfm2", "vocab_size": 65536, "hidden_size": meta("n_embd"),
+        "num_hidden_layers": meta("n_layer"), "num_attention_heads": meta("n_head"), "num_key_value_heads": max(heads),
+        "conv_L_cache": int(printed(log, r"shortconv.l_cache u32 += (\d+)")), "conv_bias": False,
+        "full_attn_idxs": [i for i, h in enumerate(heads) if h], "max_position_embeddings": meta("n_ctx_train"),
+        "torch_dtype": "bfloat16"})
+    assert meta("n_embd_head_k") == meta("n_embd") // meta("n_head")  # the head size kvplan derives
+    d = kvjson("size", cfg, "--ctx", str(int(printed(log, r"n_ctx += (\d+)"))), "--engine", "llamacpp")
+    attn = next(g for g in d["groups"] if g["kind"] == "full")
+    conv = next(g for g in d["groups"] if g["kind"] == "conv_state")
+    kv_line, rs_line = [ln for ln in log.splitlines() if ": size =" in ln]
+    assert (attn["tokens"], attn["layers"]) == tuple(int(x) for x in re.search(r"\( *(\d+) cells, +(\d+) lay", kv_line).groups())
+    assert_printed(attn["bytes"], printed(kv_line, r"size = +([\d.]+) MiB"), MiB, "llama_kv_cache size")
+    assert_printed(tensor_bytes(d, "K"), printed(kv_line, r"K \(f16\): +([\d.]+) MiB"), MiB, "K")
+    assert_printed(tensor_bytes(d, "V"), printed(kv_line, r"V \(f16\): +([\d.]+) MiB"), MiB, "V")
+    assert_printed(conv["bytes"], printed(rs_line, r"size = +([\d.]+) MiB"), MiB, "llama_memory_recurrent size")
+    assert_printed(tensor_bytes(d, "r"), printed(rs_line, r"R \(f32\): +([\d.]+) MiB"), MiB, "R")
+    assert_printed(tensor_bytes(d, "s"), printed(rs_line, r"S \(f32\): +([\d.]+) MiB"), MiB, "S")
+
+
 # ---------------------------------------------------------------------------------------------- SGLang, TRT-LLM
 def test_sglang_qwen3_235b_tp4_k_and_v(engine_logs):
     case = engine_logs["sglang-qwen3-235b-a22b-fp8-4xh100-tp4"]

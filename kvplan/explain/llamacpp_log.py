@@ -23,6 +23,15 @@ _FIGURES = [
     ("cells", re.compile(r"\(\s*(\d+) cells")),
 ]
 _BUFFER = re.compile(r"KV buffer size\s*=\s*([\d.]+) MiB")
+_RS_BUFFER = re.compile(r"RS buffer size\s*=\s*([\d.]+) MiB")
+# llama_memory_recurrent (src/llama-memory-recurrent.cpp) prints its own size line, "R (f32)" / "S (f32)" for the
+# conv and SSM rows and its cell count (one per sequence); hybrid models print it beside llama_kv_cache's line
+_RS_FIGURES = [
+    ("rs_total", re.compile(r":\s+size\s*=\s*([\d.]+) MiB")),
+    ("r_size", re.compile(r"\bR \((\w+)\):\s*([\d.]+) MiB")),
+    ("s_size", re.compile(r"\bS \((\w+)\):\s*([\d.]+) MiB")),
+    ("rs_cells", re.compile(r"\(\s*(\d+) cells")),
+]
 _META = {"n_layer": "n_layer", "n_head": "n_head", "n_head_kv": "n_head_kv", "n_embd_head_k": "head_k",
          "n_embd_head_v": "head_v", "n_embd": "n_embd", "n_swa": "n_swa"}
 
@@ -40,6 +49,7 @@ class Run:
     version: str | None = None
     printed: list[Printed] = field(default_factory=list)
     buffers: list[Printed] = field(default_factory=list)
+    rs_buffers: list[Printed] = field(default_factory=list)
 
     def has_total(self) -> bool:
         return any(p.what == "kv_total" for p in self.printed)
@@ -69,16 +79,17 @@ def read(text: str) -> LogFacts:
         if build and not run.fork:
             run.version = "b" + build
         _read_line(line, i, run, f)
-    f.runs = [r for r in runs if r.printed or r.buffers]
+    f.runs = [r for r in runs if r.printed or r.buffers or r.rs_buffers]
     for r in f.runs:
         f.printed.extend(r.printed)
-        if r.buffers:
-            total = sum(p.value for p in r.buffers)
-            f.printed.append(Printed(r.buffers[0].line, "kv_buffers", total, MiB, terms=len(r.buffers)))
-            r.printed.append(f.printed[-1])
+        for parts, what in ((r.buffers, "kv_buffers"), (r.rs_buffers, "rs_buffers")):
+            if parts:
+                total = sum(p.value for p in parts)
+                f.printed.append(Printed(parts[0].line, what, total, MiB, terms=len(parts)))
+                r.printed.append(f.printed[-1])
     if build:
         f.set("version", "b" + build, "the build line")
-    taken = {p.line for r in f.runs for p in r.buffers}
+    taken = {p.line for r in f.runs for p in r.buffers + r.rs_buffers}
     unread_kv_lines(ls, f)
     f.unread = [(i, t) for i, t in f.unread if i not in taken]
     return f
@@ -102,6 +113,15 @@ def _read_line(line: str, i: int, run: Run, f: LogFacts) -> None:
     m = re.search(r"(?:print_info|llm_load_print_meta):\s*(\w+)\s*=\s*(.+)$", line)
     if m and m.group(1) in _META:
         f.model_facts.setdefault(_META[m.group(1)], m.group(2).strip())
+    if "llama_memory_recurrent" in line:
+        for what, rx in _RS_FIGURES:
+            m = rx.search(line)
+            if m:
+                run.printed.append(Printed(i, what, number(m.group(m.lastindex)), 1 if what == "rs_cells" else MiB))
+        m = _RS_BUFFER.search(line)
+        if m:
+            run.rs_buffers.append(Printed(i, "rs_buffer", number(m.group(1)), MiB))
+        return
     for what, rx in _FIGURES:
         m = rx.search(line)
         if not m:
@@ -185,8 +205,13 @@ def _run_findings(c, run: Run) -> list[Finding]:
         facts.k_dtype, facts.v_dtype, facts.kv_dtype, c.engine = saved
     k = sum(t.total_bytes for t in plan.tensors if t.name.startswith("K"))
     v = sum(t.total_bytes for t in plan.tensors if t.name.startswith("V"))
-    values = {"kv_total": plan.kv_bytes, "kv_buffers": plan.kv_bytes, "k_size": k, "v_size": v, "latent_size": k,
-              "cells": plan.details.get("cells")}
+    r = sum(t.total_bytes for t in plan.tensors if t.name.startswith("r ("))
+    s = sum(t.total_bytes for t in plan.tensors if t.name.startswith("s ("))
+    # llama_kv_cache's line covers the attention layers; llama_memory_recurrent's the r / s rows (hybrid memory,
+    # src/llama-memory-hybrid.cpp, holds one of each)
+    values = {"kv_total": plan.kv_bytes - r - s, "kv_buffers": plan.kv_bytes - r - s, "k_size": k, "v_size": v,
+              "latent_size": k, "cells": plan.details.get("cells"), "rs_total": r + s, "rs_buffers": r + s,
+              "r_size": r, "s_size": s, "rs_cells": max(1, plan.details.get("n_seq_max") or 1)}
     how = f"n_ctx {run.ctx:,}, K {run.k_type or 'f16'} / V {run.v_type or 'f16'}" + (" (ik_llama.cpp)" if run.fork else "")
     out = []
     for p in run.printed:
