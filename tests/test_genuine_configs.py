@@ -147,3 +147,24 @@ def test_lfm2_1_2b_genuine_config_per_engine():
         out = run_cli("size", str(path), "--ctx", "4096", "--engine", engine, "--json").json()
         assert out["params"] == params and out["kv_bytes_per_token"] == attn * 2 * 8 * 64 * 2, engine
         assert {g["kind"]: g["layers"] for g in out["groups"]} == {"conv_state": conv, "full": attn}, engine
+
+
+def test_kimi_linear_48b_genuine_config_per_engine():
+    """moonshotai/Kimi-Linear-48B-A3B-Instruct (grade B copy): 20 KDA layers (1-based kda_layers) of 32 heads x 128
+    with a 4-tap short conv, 7 MLA layers (full_attn_layers 4, 8, ..., 27) caching the 512 latent + 64 rope key; its
+    parameters are the checkpoint listing's 49,122,681,728 (the model report the file comes from)."""
+    path = WILD / "moonshotai--Kimi-Linear-48B-A3B-Instruct" / "config.json"
+    c = json.loads(path.read_text())
+    lac = c["linear_attn_config"]
+    assert len(lac["kda_layers"]) == 20 and lac["full_attn_layers"] == [4, 8, 12, 16, 20, 24, 27]
+    mla = len(lac["full_attn_layers"]) * (c["kv_lora_rank"] + c["qk_rope_head_dim"])  # elements per token
+    h, d, k = lac["num_heads"], lac["head_dim"], lac["short_conv_kernel_size"]
+    for engine, state in (("hf", 20 * (3 * h * d * k * 2 + h * d * d * 4)),  # conv [1, 3HD, k] bf16 + fp32 [H, D, D]
+                          ("llamacpp", 20 * (3 * (k - 1) * h * d + d * d * h) * 4)):  # f32 r and s rows
+        out = run_cli("size", str(path), "--ctx", "4096", "--engine", engine, "--json").json()
+        assert out["params"] == 49_122_681_728, engine
+        assert out["kv_bytes"] == 4096 * mla * 2 + state, engine
+    for engine in ("vllm", "sglang"):
+        out = run_cli("size", str(path), "--ctx", "4096", "--engine", engine, "--json").json()
+        assert out["params"] == 49_122_681_728 and out["kv_bytes_per_token"] == mla * 2, engine
+        assert {g["kind"]: g["layers"] for g in out["groups"]} == {"linear_state": 20, "mla": 7}, engine
