@@ -5,9 +5,10 @@ Each entry: (length, CRC-32) of a file's bytes -> the document yaml_files.load p
 
 SNAPSHOTS = {
     # aliases.yaml
-    (9113, 3230670478): {'models': {'CohereForAI/aya-23-8B': {'dir': 'CohereForAI--aya-23-8B', 'aliases': ['aya-23-8b']},
+    (9195, 3723971599): {'models': {'CohereForAI/aya-23-8B': {'dir': 'CohereForAI--aya-23-8B', 'aliases': ['aya-23-8b']},
             'EleutherAI/gpt-neox-20b': {'dir': 'EleutherAI--gpt-neox-20b', 'aliases': ['gpt-neox-20b']},
             'HuggingFaceTB/SmolLM3-3B': {'dir': 'HuggingFaceTB--SmolLM3-3B', 'aliases': ['smollm3-3b', 'smollm3']},
+            'LiquidAI/LFM2-1.2B': {'dir': 'LiquidAI--LFM2-1.2B', 'aliases': ['lfm2-1.2b', 'lfm2']},
             'Qwen/Qwen-7B': {'dir': 'Qwen--Qwen-7B',
                              'aliases': ['qwen-7b'],
                              'note': 'official file at revision d4efd21 (remote-code QWen v1)'},

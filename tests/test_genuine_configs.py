@@ -116,3 +116,55 @@ def test_the_nvfp4_export_counts_its_excluded_attention_in_16_bit():
     bf16 = run_cli("size", str(DATA / "nvidia--Gemma-4-31B-IT-NVFP4_config.json"), "--weight-dtype", "bf16",
                    "--json").json()
     assert d["weight_bytes"] < bf16["weight_bytes"]
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Genuine Hub configs of families added for issue 12 (tests/data/wild-configs, provenance in its SOURCES.yaml): each
+# engine sizes them by their own family, and the figures equal arithmetic written from the file (and, where the source
+# lists it, the checkpoint's own parameter total). transformers' meta count and a real forward cover them in
+# tests/test_oracle_hf.py (the bundled ones through the catalog-wide checks).
+WILD = Path(__file__).with_name("data") / "wild-configs"
+
+
+def test_lfm2_1_2b_genuine_config_per_engine():
+    """LiquidAI/LFM2-1.2B (July 2025 revision): 6 GQA layers (8 KV heads x 64) at full_attn_idxs, 10 short-conv layers
+    of conv_dim 2048 and conv_L_cache 3; block_ff_dim 12288 auto-adjusted to int(2 x 12288 / 3) = 8192."""
+    path = WILD / "LiquidAI--LFM2-1.2B" / "config.json"
+    c = json.loads(path.read_text())
+    assert c["full_attn_idxs"] == [2, 5, 8, 10, 12, 14] and c["conv_L_cache"] == 3 and c["transformers_version"] == "4.54.0.dev0"
+    h, v, ff, attn, conv = 2048, 65536, 8192, 6, 10
+    mixer_conv = 3 * h * h + h * 3 + h * h  # in_proj (B, C, x), depthwise conv weight [h, 1, 3], out_proj; no biases
+    mixer_attn = h * h + 2 * (8 * 64) * h + h * h + 2 * 64  # q, k, v, o; q_layernorm, k_layernorm
+    per_layer = 3 * h * ff + 2 * h  # SwiGLU w1, w3, w2; operator and ffn norms
+    params = v * h + h + conv * mixer_conv + attn * mixer_attn + 16 * per_layer  # tied lm_head
+    assert params == 1_170_340_608  # the mirror's model_files.json: model.safetensors total_parameters
+    kv = 4096 * attn * 2 * 8 * 64  # elements of K and V at ctx 4096, one sequence
+    for engine, kv_bytes, state in (("hf", 2 * kv, conv * h * 3 * 2),  # conv_states [1, h, L] in bf16
+                                    ("llamacpp", 2 * kv, conv * h * 2 * 4)):  # r rows h x (L - 1) in f32
+        out = run_cli("size", str(path), "--ctx", "4096", "--engine", engine, "--json").json()
+        assert out["params"] == params and out["kv_bytes"] == kv_bytes + state, engine
+    for engine in ("vllm", "sglang"):
+        out = run_cli("size", str(path), "--ctx", "4096", "--engine", engine, "--json").json()
+        assert out["params"] == params and out["kv_bytes_per_token"] == attn * 2 * 8 * 64 * 2, engine
+        assert {g["kind"]: g["layers"] for g in out["groups"]} == {"conv_state": conv, "full": attn}, engine
+
+
+def test_kimi_linear_48b_genuine_config_per_engine():
+    """moonshotai/Kimi-Linear-48B-A3B-Instruct (grade B copy): 20 KDA layers (1-based kda_layers) of 32 heads x 128
+    with a 4-tap short conv, 7 MLA layers (full_attn_layers 4, 8, ..., 27) caching the 512 latent + 64 rope key; its
+    parameters are the checkpoint listing's 49,122,681,728 (the model report the file comes from)."""
+    path = WILD / "moonshotai--Kimi-Linear-48B-A3B-Instruct" / "config.json"
+    c = json.loads(path.read_text())
+    lac = c["linear_attn_config"]
+    assert len(lac["kda_layers"]) == 20 and lac["full_attn_layers"] == [4, 8, 12, 16, 20, 24, 27]
+    mla = len(lac["full_attn_layers"]) * (c["kv_lora_rank"] + c["qk_rope_head_dim"])  # elements per token
+    h, d, k = lac["num_heads"], lac["head_dim"], lac["short_conv_kernel_size"]
+    for engine, state in (("hf", 20 * (3 * h * d * k * 2 + h * d * d * 4)),  # conv [1, 3HD, k] bf16 + fp32 [H, D, D]
+                          ("llamacpp", 20 * (3 * (k - 1) * h * d + d * d * h) * 4)):  # f32 r and s rows
+        out = run_cli("size", str(path), "--ctx", "4096", "--engine", engine, "--json").json()
+        assert out["params"] == 49_122_681_728, engine
+        assert out["kv_bytes"] == 4096 * mla * 2 + state, engine
+    for engine in ("vllm", "sglang"):
+        out = run_cli("size", str(path), "--ctx", "4096", "--engine", engine, "--json").json()
+        assert out["params"] == 49_122_681_728 and out["kv_bytes_per_token"] == mla * 2, engine
+        assert {g["kind"]: g["layers"] for g in out["groups"]} == {"linear_state": 20, "mla": 7}, engine

@@ -25,6 +25,7 @@ from kvplan.sizing import EngineOptions, ModelOptions, size  # noqa: E402
 BUNDLED = {m.config_path.parent.name: m for m in catalog.bundled_models()}
 NATIVE = sorted(d for d in BUNDLED if oracle.buildable(d))
 SHORT_CTX = 16
+WILD = Path(__file__).with_name("data") / "wild-configs"
 
 
 def long_ctx(config: dict, spec) -> int:
@@ -143,7 +144,10 @@ def _k3_as_kimi_linear() -> dict:
 def _kimi_configs():
     from test_kimi_linear import KL48
 
-    return [pytest.param(KL48, id="kimi-linear-48b"), pytest.param(_k3_as_kimi_linear(), id="kimi-k3-text-scaled")]
+    # and the genuine Kimi-Linear-48B-A3B-Instruct config.json, every key as shipped (tests/data/wild-configs, grade B)
+    genuine = json.loads((WILD / "moonshotai--Kimi-Linear-48B-A3B-Instruct" / "config.json").read_text())
+    return [pytest.param(KL48, id="kimi-linear-48b"), pytest.param(_k3_as_kimi_linear(), id="kimi-k3-text-scaled"),
+            pytest.param(genuine, id="kimi-linear-48b-genuine")]
 
 
 @pytest.mark.parametrize("config", _kimi_configs())
