@@ -131,8 +131,8 @@ def test_rope_table_only_for_rope_granite(tmp_path):
     ("vllm@0.32", "bamba", "supported until v0.23.0"),
     ("vllm@0.24", "bamba", "supported until v0.23.0"),
     ("sglang", "bamba", "no BambaForCausalLM"),
-    ("trtllm", "bamba", "not modelled"),
-    ("trtllm", "granite", "not modelled"),
+    ("trtllm", "bamba", "TensorRT-LLM has no Bamba model"),
+    ("trtllm", "granite", "TensorRT-LLM has no Granite-4.0-H model"),
 ])
 def test_engines_without_the_family_refuse_in_one_line(tmp_path, engine, family, says):
     path = write_config(tmp_path, family, bamba() if family == "bamba" else granite())

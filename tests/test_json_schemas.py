@@ -144,7 +144,7 @@ SIZE_CASES = [  # (args, a group kind the case is there for)
     (("deepseek-v3", "--ctx", "4k", "--engine", "vllm", "--kv-dtype", "fp8"), "mla"),
     (("deepseek-v2-lite", "--ctx", "4k", "--engine", "sglang"), "mla"),
     (("deepseek-v3", "--ctx", "4k", "--engine", "llamacpp"), "mla"),
-    (("jamba-v0.1", "--ctx", "4k", "--engine", "trtllm"), "mamba_state"),
+    (("nemotron-3-nano", "--ctx", "4k", "--engine", "trtllm"), "mamba_state"),
     (("jamba-v0.1", "--ctx", "4k", "--engine", "vllm"), "mamba_state"),
     (("qwen3-next-80b-a3b", "--ctx", "4k", "--engine", "vllm"), "linear_state"),
     (("qwen3-next-80b-a3b", "--ctx", "4k", "--engine", "hf"), "linear_state"),

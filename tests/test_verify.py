@@ -63,7 +63,7 @@ LAYOUT_VARIANTS = [
     ("deepseek-v3", "llamacpp", {"kv_dtype": "q8_0"}),
     ("deepseek-v3", "hf@5.14", {}),  # decompressed K/V before transformers 5.15
     ("qwen3-next-80b-a3b", "vllm", {"state_dtype": "fp32"}),  # recurrent state
-    ("jamba-v0.1", "trtllm", {}),
+    ("nemotron-h-56b", "trtllm", {}),  # Mamba state buffers beside block pools
     ("gemma-3-4b", "vllm@0.10", {}),
     ("gemma-2-9b", "llamacpp", {"knobs": {"swa_full": True}}),
     ("llama-3.1-70b", "vllm", {"tp": 4, "pp": 2}),  # one GPU's share

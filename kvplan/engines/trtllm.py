@@ -148,7 +148,8 @@ KIND_RULES: dict[type, Any] = {
     MsaIndexerKeys: layout.NotModelled("TensorRT-LLM's MiniMax-M3 sparse attention (sparse_attention_config algorithm minimax_m3) is not in the source kvplan read"),
     MambaState: StateBuffers(),
     LinearAttentionState: StateBuffers(),
-    ShortConvState: layout.NotModelled("kvplan has not read TensorRT-LLM's source for LFM2's short-conv layers"),
+    ShortConvState: layout.Unsupported("TensorRT-LLM has no model with short-convolution layers (LFM2: "
+                                       "Lfm2ForCausalLM is in neither of its model registries)"),
     LightningState: layout.Unsupported("TensorRT-LLM has no MiniMax-Text-01 / MiniMax-M1 model "
                                        "(tensorrt_llm/_torch/models/_arch_index.py MODEL_ARCH_TO_MODULE lists "
                                        "MiniMax-M2 and MiniMax-M3 only)"),
@@ -212,17 +213,29 @@ class Prepared(layout.StagedLayout):
 _ENC_DEC = ("not modelled: TensorRT-LLM holds cross-attention K/V in a separate KV cache manager given "
             "cross_kv_cache_fraction of the memory (trtGptModelInflightBatching.cpp), a split kvplan's pool does not "
             "reproduce")
+# Families neither of TensorRT-LLM's registries lists (tests/data/trtllm-architectures.yaml: the PyTorch backend's
+# _torch/models/_arch_index.py MODEL_ARCH_TO_MODULE and the TensorRT-engine flow's tensorrt_llm/models MODEL_MAP, read in
+# main 2026): it cannot load them, so no layout rule applies. tests/test_trtllm_architectures.py checks each family's
+# architectures against both lists.
+_NO_MODEL = {
+    "lfm2": ("LFM2", "Lfm2ForCausalLM"),
+    "falcon-h1": ("Falcon-H1", "FalconH1ForCausalLM"),
+    "granite-hybrid": ("Granite-4.0-H", "GraniteMoeHybridForCausalLM"),
+    "bamba": ("Bamba", "BambaForCausalLM"),
+    "jamba": ("Jamba", "JambaForCausalLM"),
+    # a fork's modeling_mimo_v2_flash.py (WeiHaocheng/TensorRT-LLM, not merged) pads V to the 192-wide K in the cache
+    "mimo-v2-flash": ("MiMo-V2-Flash", "MiMoV2FlashForCausalLM"),
+    "smollm3": ("SmolLM3", "SmolLM3ForCausalLM"),
+    "zamba2": ("Zamba2", "Zamba2ForCausalLM"),
+    "gemma3n": ("Gemma-3n", "Gemma3nForConditionalGeneration / Gemma3nForCausalLM"),
+}
 REFUSED_FAMILIES = {
-    **dict.fromkeys(("granite-hybrid", "bamba"), "not modelled: kvplan has not read TensorRT-LLM's Granite-4.0-H / "
-                    "Bamba code"),
+    **{family: f"TensorRT-LLM has no {name} model ({arch} is in neither _torch/models/_arch_index.py "
+               "MODEL_ARCH_TO_MODULE nor tensorrt_llm/models MODEL_MAP)" for family, (name, arch) in _NO_MODEL.items()},
     # the PyTorch backend's modeling_cohere2.py passes attention_window_size per forward; which window the KV pools
     # get comes from KvCacheConfig.max_attention_window, not read here for it
     "cohere2": "not modelled: kvplan has not read how TensorRT-LLM's Cohere2 (_torch/models/modeling_cohere2.py) "
                "lays out its sliding-window KV pools",
-    "smollm3": "not modelled: TensorRT-LLM has no SmolLM3 model code kvplan could read (no modeling_smollm3 in "
-               "tensorrt_llm/_torch/models)",
-    "zamba2": "TensorRT-LLM has no Zamba2 model (no _torch/models/modeling_zamba2.py, no "
-              "tensorrt_llm/models/zamba2)",
     # Llama-3.2-Vision: the PyTorch backend's _torch/models/modeling_mllama.py builds the cross-attention layers as
     # None ("TODO: Cross-attention decoder layer impl.") and runs text only (skip_cross_attention); the TensorRT-engine
     # flow (models/mllama, enc-dec cross KV pools) is not read here
@@ -230,8 +243,6 @@ REFUSED_FAMILIES = {
               "layers are not built: _torch/models/modeling_mllama.py), and kvplan has not read its TensorRT-engine "
               "flow (models/mllama)",
     **dict.fromkeys(("t5", "mt5", "bart", "mbart", "whisper"), _ENC_DEC),
-    "gemma3n": "TensorRT-LLM has no Gemma-3n model (no Gemma3n architecture in _torch/models/_arch_index.py "
-               "MODEL_ARCH_TO_MODULE nor in tensorrt_llm/models MODEL_MAP)",
     # Read in NVIDIA/TensorRT-LLM main (2026, after the 1.2.1 wheel; the model files are newer than the 1.0 rules):
     # docs/source/features/kvcache.md "Selecting the KV Cache Manager" routes Gemma 4's hybrid attention and the
     # sparse-attention models to KVCacheManagerV2 unconditionally, and Gemma3/Gemma4 to V2 by default
