@@ -12,7 +12,8 @@ from kvplan import dtypes
 from kvplan.engines import base, layout
 from kvplan.engines.base import EngineInfo, KVDtypes, PlanGroup, cdiv, tensor
 from kvplan.engines.listing import LISTINGS
-from kvplan.engines.versions import Selected, select
+from kvplan.engines.versions import Selected, select, version_key
+from kvplan.errors import InputError
 from kvplan.parallel import heads_ceil
 from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
                          KimiDeltaState, LightningState, LinearAttentionState, MambaState, ModelSpec, NoCache,
@@ -36,8 +37,35 @@ ENGINE = EngineInfo(
 )
 
 
+# TensorRT-LLM chooses its KV cache manager per model from mid-2026: use_kv_cache_manager_v2 defaults to "auto",
+# resolved from the model class's get_model_defaults() (llmapi/llm_utils.py _resolve_kv_cache_manager_v2_auto, PR
+# #15823), and GPT-OSS (#16942, merged 2026-07-28), Gemma 3/4 (#17396), Llama, Kimi Linear, the Mamba hybrids and the
+# sparse-attention models opted in during the 1.3 pre-releases (docs/source/features/kvcache.md "Selecting the KV Cache
+# Manager"). 1.1.0 (2025-12) and 1.2.x (2026-03/04) predate it (the earlier "enable V2 by default" PRs #12837 / #15407
+# closed unmerged) and run every model on the V1 manager, whose KvCacheConfig defaults (tokens_per_block 32,
+# free_gpu_memory_fraction 0.9) the 1.0 rules hold and the 1.3.0rc27 / 1.4.0rc4 references still list.
+V2_BY_DEFAULT_FROM = (1, 3)
+V1_RELEASES_AFTER_1_0 = ("1.1", "1.2")
+
+
 def select_version(requested: str | None) -> Selected[Rules]:
-    return select(ENGINE.name, requested, VERSIONS)
+    if requested is not None:
+        try:
+            want = version_key(requested)
+        except ValueError:
+            want = None
+        if want is not None and want >= V2_BY_DEFAULT_FROM:
+            raise InputError(
+                f"{ENGINE.name}@{requested}: TensorRT-LLM 1.3 pre-releases and later choose KVCacheManagerV2 per model "
+                "by default (use_kv_cache_manager_v2 'auto': GPT-OSS, Gemma 3/4, Llama, the Mamba hybrids, the "
+                "sparse-attention models, ...), whose pools kvplan has not laid out; for a launch on the V1 manager "
+                "(use_kv_cache_manager_v2: false) size it as trtllm@1.2")
+    selected = select(ENGINE.name, requested, VERSIONS)
+    if requested is not None and version_key(requested)[:2] in {version_key(v) for v in V1_RELEASES_AFTER_1_0}:
+        note = (f"{ENGINE.name}@{requested}: the V1 manager with {ENGINE.name}@{selected.version}'s defaults (32 tokens "
+                "per block, free_gpu_memory_fraction 0.9; 1.1 and 1.2 predate per-model KVCacheManagerV2 defaults)")
+        selected = Selected(selected.name, selected.version, requested, selected.rules, note)
+    return selected
 
 
 heads_per_gpu = heads_ceil

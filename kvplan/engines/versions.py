@@ -57,7 +57,8 @@ def select(name: str, requested: str | None, table: Sequence[tuple[str, R]]) -> 
         label, rules = table[0]
         return Selected(name, label, requested, rules,
                         f"{name}@{requested} is older than any version whose rules were read; using {name}@{label} rules")
-    if chosen[0] == table[-1][0] and want > version_key(chosen[0]):
+    newest = version_key(chosen[0])
+    if chosen[0] == table[-1][0] and want[:len(newest)] > newest:  # 1.0.0 / 0.32.1 are in the 1.0 / 0.32 series
         return Selected(name, chosen[0], requested, chosen[1],
                         f"{name}@{requested} is newer than any version whose rules were read; using {name}@{chosen[0]} "
                         "rules (the newest), which may not match it")
