@@ -89,6 +89,16 @@ def test_rotary_table_spans_model_max_length_when_given(tmp_path):
     assert [(t.rows, t.dim) for t in normalize({**R7B, "model_max_length": 8192}).rope_tables] == [(8192, 128)]
 
 
+def test_trtllm_keeps_every_layer_full_length(tmp_path):
+    """TensorRT-LLM's modeling_cohere2.py passes the window per forward (attention_window_size); the V1 manager holds
+    every layer at full length unless max_attention_window is set: 32 layers x 2 x 8 KV heads x 128 x 2 B per
+    token, 8192 tokens = 256 blocks of 32 per request."""
+    d = kvjson("size", write_config(tmp_path, "m", R7B), "--ctx", "8192", "--batch", "2", "--engine", "trtllm")
+    assert d["kv_bytes_per_token"] == 32 * 2 * 8 * 128 * 2
+    assert d["kv_bytes"] == 2 * 256 * 32 * 32 * 2 * 8 * 128 * 2
+    assert {g["tokens"] for g in d["groups"]} == {8192}
+
+
 @pytest.mark.parametrize("change, says", [
     ({"head_dim": 64}, "head_dim 64 is not hidden_size // num_attention_heads"),
     ({"attention_bias": True}, "attention_bias true"),
@@ -103,7 +113,6 @@ def test_configs_the_engines_read_differently_are_refused_in_one_line(tmp_path, 
 
 
 @pytest.mark.parametrize("engine, change, says", [
-    ("trtllm", {}, "not modelled"),
     ("sglang@0.4", {}, "stub"),
     ("llamacpp", {"layer_types": ["sliding_attention", "full_attention"] * 16}, "il % 4 < 3"),
 ])

@@ -67,7 +67,11 @@ def test_sliding_layers_stop_growing_past_their_window(alias, engine, beyond):
     a = kv(alias, engine, start).plan
     b = kv(alias, engine, start + beyond).plan
     for ga, gb in zip(a.groups, b.groups):
-        if ga.kind in ("sliding", "chunked"):
+        if ga.kind not in ("sliding", "chunked"):
+            continue
+        if engine == "trtllm":  # the V1 manager takes windows only from max_attention_window, unset by default
+            assert gb.bytes_per_token > 0 and gb.bytes >= ga.bytes, (ga.kind, ga.bytes, gb.bytes)
+        else:
             assert ga.bytes == gb.bytes and gb.bytes_per_token == 0, (ga.kind, ga.bytes, gb.bytes)
 
 

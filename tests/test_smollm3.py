@@ -58,7 +58,7 @@ def test_llamacpp_sizes_every_layer_full(tmp_path):
 
 
 @pytest.mark.parametrize("engine, change, says", [
-    ("trtllm", {}, "no SmolLM3 model code"),
+    ("trtllm", {}, "TensorRT-LLM has no SmolLM3 model"),
     ("sglang@0.4", {}, "not modelled"),
     ("llamacpp", {"layer_types": None, "use_sliding_window": True, "sliding_window": 4096}, "no sliding window"),
 ])

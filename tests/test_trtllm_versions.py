@@ -1,20 +1,28 @@
-"""TensorRT-LLM versions: 1.1 / 1.2 run every model on the V1 manager (sized with the 1.0 rules, said in a note);
-from the 1.3 pre-releases the manager is chosen per model (KVCacheManagerV2 for most families), which kvplan has not
-laid out, so those versions are refused in one line that names the V1 way out."""
+"""TensorRT-LLM versions. 1.0 and 1.2 (the newest release, the default) run every model on the V1 manager with the
+same KvCacheConfig defaults; a model is sized only for a release that can load it (docs/source/release-notes.md:
+GPT-OSS from 1.1, Qwen3-Next / Qwen3-VL from 1.2; Qwen3.5, GLM-5 and Kimi Linear came after 1.2). From the 1.3
+pre-releases the manager is chosen per model (KVCacheManagerV2 for most families), which kvplan has not laid out, so
+those versions are refused in one line that names the V1 way out."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 
 from conftest import kvjson, run_cli
 
+REGISTRY = yaml.safe_load((Path(__file__).parent / "data/trtllm-architectures.yaml").read_text())
 
-@pytest.mark.parametrize("version", ["1.1", "1.2", "1.2.1"])
-def test_v1_releases_after_1_0_use_its_rules_and_say_so(version):
-    d = kvjson("size", "llama-3.1-8b", "--ctx", "4096", "--engine", f"trtllm@{version}")
-    assert d["engine"] == "trtllm@1.0"
-    assert any(a.startswith(f"trtllm@{version}: the V1 manager") for a in d["assumptions"]), d["assumptions"]
-    # 32 tokens per block: 4096 tokens = 128 blocks of 32 x 8 KV heads x 128 x 2 (K, V) x 2 B x 32 layers
+
+@pytest.mark.parametrize("version, rules", [(None, "1.2"), ("1.2", "1.2"), ("1.2.1", "1.2"), ("1.1", "1.0"),
+                                            ("1.0", "1.0")])
+def test_v1_releases_share_the_32_token_blocks(version, rules):
+    engine = "trtllm" + (f"@{version}" if version else "")
+    d = kvjson("size", "llama-3.1-8b", "--ctx", "4090", "--engine", engine)
+    assert d["engine"] == f"trtllm@{rules}"
+    # 4090 tokens = 128 blocks of 32 x 8 KV heads x 128 x 2 (K, V) x 2 B x 32 layers
     assert d["kv_bytes"] == 128 * 32 * 8 * 128 * 2 * 2 * 32
 
 
@@ -27,6 +35,30 @@ def test_per_model_manager_versions_are_refused_in_one_line(command, version):
     assert len(r.err.strip().splitlines()) == 1, r.err
 
 
-def test_a_patch_release_of_the_newest_rule_set_is_that_rule_set():
+def test_a_patch_release_of_a_rule_set_is_that_rule_set():
     d = kvjson("size", "llama-3.1-8b", "--ctx", "4096", "--engine", "trtllm@1.0.0")
     assert d["engine"] == "trtllm@1.0" and not any("newer than" in a for a in d["assumptions"])
+
+
+@pytest.mark.parametrize("model, sized_from, refused_for", [
+    ("gpt-oss-20b", "1.1", ["1.0", "0.10"]),
+    ("qwen3-next-80b-a3b", "1.2", ["1.1", "1.0"]),
+    ("qwen3-vl-8b", "1.2", ["1.1"]),
+    ("qwen3.5-27b", None, ["1.2", "1.0"]),
+    ("glm-5", None, ["1.2"]),
+])
+def test_a_model_is_sized_only_for_releases_that_load_it(model, sized_from, refused_for):
+    for version in refused_for:
+        r = run_cli("size", model, "--ctx", "4096", "--engine", f"trtllm@{version}")
+        assert r.code == 2 and f"TensorRT-LLM {version} has no " in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    if sized_from:
+        assert kvjson("size", model, "--ctx", "4096", "--engine", f"trtllm@{sized_from}")["kv_bytes"] > 0
+        assert kvjson("size", model, "--ctx", "4096", "--engine", "trtllm")["kv_bytes"] > 0
+
+
+def test_every_gated_architecture_is_one_tensorrt_llm_lists():
+    """The gates name real TensorRT-LLM architectures (its PyTorch registry on main), so a typo cannot leave a model
+    ungated."""
+    from kvplan.engines import trtllm
+
+    assert set(trtllm.FIRST_RELEASE) <= set(REGISTRY["pytorch"])

@@ -1,6 +1,13 @@
-"""TensorRT-LLM paged KV cache (engines.md §5): pools [num_blocks, num_layers, kv_factor, H_kv * tokens_per_block
-* D], one primary pool per (window size, head count); kv_factor 2, or 1 for MLA (head = kv_lora_rank + rope).
-KV heads per GPU = ceil(H / tp). A request needs cdiv(min(ctx, window), tokens_per_block) blocks per pool.
+"""TensorRT-LLM paged KV cache, V1 manager (engines.md §5): pools [num_blocks, num_layers, kv_factor, H_kv *
+tokens_per_block * D], one primary pool per (window size, head count); kv_factor 2, or 1 for MLA (head =
+kv_lora_rank + rope). KV heads per GPU = ceil(H / tp). A request needs cdiv(ctx, tokens_per_block) blocks.
+
+Windows: the V1 manager takes attention windows only from KvCacheConfig.max_attention_window (None by default); the
+PyTorch backend's models pass their sliding window per forward (modeling_gemma3.py, modeling_gpt_oss.py,
+modeling_cohere2.py: attention_window_size) and _torch/pyexecutor/_util.py builds variable-window pools only when
+that list holds more than one window (is_vswa_enabled). So by default every layer, sliding or chunked, keeps the whole
+context; NVIDIA's own Gemma 3 VSWA recipe sets the list by hand (Dynamo engine_configs/gemma3/vswa_agg.yaml:
+max_attention_window [512 x 5, 32768]), and kvcache.md says only V2 derives windows from layer_types.
 """
 
 from __future__ import annotations
@@ -26,7 +33,10 @@ class Rules:
     blocks_round_up: bool  # max_tokens -> blocks rounded up (the July 2025 PyTorch-backend log: 860,308 -> 860,320)
 
 
-VERSIONS = [("0.10", Rules(64, True)), ("1.0", Rules(32, True))]
+# 1.2 (1.2.0 2026-03, 1.2.1 2026-04, the newest release): the V1 manager for every model with 1.0's KvCacheConfig
+# defaults (tokens_per_block 32, free_gpu_memory_fraction 0.9), which the 1.3.0rc27 and 1.4.0rc4 references still
+# list; 1.2's release notes change no KV cache default. Its own llm_args.py was not read (no 1.2 source here).
+VERSIONS = [("0.10", Rules(64, True)), ("1.0", Rules(32, True)), ("1.2", Rules(32, True))]
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3")  # cache dtypes this engine can store
 LISTED = LISTINGS["trtllm"]
 KNOBS = LISTED.knobs
@@ -45,7 +55,6 @@ ENGINE = EngineInfo(
 # closed unmerged) and run every model on the V1 manager, whose KvCacheConfig defaults (tokens_per_block 32,
 # free_gpu_memory_fraction 0.9) the 1.0 rules hold and the 1.3.0rc27 / 1.4.0rc4 references still list.
 V2_BY_DEFAULT_FROM = (1, 3)
-V1_RELEASES_AFTER_1_0 = ("1.1", "1.2")
 
 
 def select_version(requested: str | None) -> Selected[Rules]:
@@ -60,12 +69,37 @@ def select_version(requested: str | None) -> Selected[Rules]:
                 "by default (use_kv_cache_manager_v2 'auto': GPT-OSS, Gemma 3/4, Llama, the Mamba hybrids, the "
                 "sparse-attention models, ...), whose pools kvplan has not laid out; for a launch on the V1 manager "
                 "(use_kv_cache_manager_v2: false) size it as trtllm@1.2")
-    selected = select(ENGINE.name, requested, VERSIONS)
-    if requested is not None and version_key(requested)[:2] in {version_key(v) for v in V1_RELEASES_AFTER_1_0}:
-        note = (f"{ENGINE.name}@{requested}: the V1 manager with {ENGINE.name}@{selected.version}'s defaults (32 tokens "
-                "per block, free_gpu_memory_fraction 0.9; 1.1 and 1.2 predate per-model KVCacheManagerV2 defaults)")
-        selected = Selected(selected.name, selected.version, requested, selected.rules, note)
-    return selected
+    return select(ENGINE.name, requested, VERSIONS)
+
+
+# The first release that runs an architecture, where that is after 1.0: an older rule set refuses the model rather than
+# size it for a release that cannot load it. From docs/source/release-notes.md ("Release 1.1: Add GPT-OSS model
+# support"; "Release 1.2: Added support for K-EXAONE, Nemotron Nano V3, Nemotron Super V3, Qwen3-Next and Qwen3-VL"),
+# and for models that came after 1.2, the change that added them (their version is a 1.3 pre-release, which
+# select_version refuses anyway). Nemotron-3 (NemotronHForCausalLM with MoE layers) is not told apart from Nemotron-H.
+_QWEN3_5 = ("1.3", "Qwen3.5", "PR #12242 added it on 2026-03-16, after 1.2.0 shipped")
+FIRST_RELEASE = {
+    "GptOssForCausalLM": ("1.1", "GPT-OSS", "1.1's release notes add it"),
+    **dict.fromkeys(("Qwen3NextForCausalLM", "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration"),
+                    ("1.2", "Qwen3-Next / Qwen3-VL", "1.2's release notes add them")),
+    **dict.fromkeys(("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForCausalLM",
+                     "Qwen3_5MoeForConditionalGeneration"), _QWEN3_5),
+    # GLM-5 (February 2026) reached main after 1.2's release branch (PR #11579, its deployment guide in March)
+    "GlmMoeDsaForCausalLM": ("1.3", "GLM-5", "it reached main in February-March 2026, after 1.2's release branch"),
+    **dict.fromkeys(("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration"),
+                    ("1.3", "Kimi Linear / Kimi-K3", "PR #17269 added it in August 2026")),
+}
+
+
+def check_release_runs(spec: ModelSpec, selected: Selected[Rules]) -> None:
+    """Refuse an architecture the selected release cannot load (FIRST_RELEASE), in one line."""
+    first = FIRST_RELEASE.get(spec.architecture)
+    version = selected.requested or selected.version
+    if first and version_key(version)[:2] < version_key(first[0]):
+        later = ("the 1.3 pre-releases, which kvplan does not model (KVCacheManagerV2)" if first[0] == "1.3"
+                 else f"{first[0]}: --engine {ENGINE.name}@{first[0]}")
+        raise layout.UnsupportedKind(f"{ENGINE.name}@{version} cannot size this {first[1]} model: TensorRT-LLM "
+                                     f"{version} has no {spec.architecture} ({first[2]}); it runs from {later}")
 
 
 heads_per_gpu = heads_ceil
@@ -74,17 +108,16 @@ heads_per_gpu = heads_ceil
 # ---------------------------------------------------------------------------------------------- kind rules
 @dataclass(frozen=True)
 class BlockPool:
-    """A primary pool [blocks, layers, kv_factor, heads x tokens_per_block x dim] per (window, head count); a
-    request needs cdiv(tokens, tokens_per_block) blocks. windowed: min(ctx, window) tokens (a pool per window);
-    fixed: cross attention holds the encoder's length and stays out of max_tokens' bytes per token."""
+    """A primary pool [blocks, layers, kv_factor, heads x tokens_per_block x dim] per head count; a request needs
+    cdiv(ctx, tokens_per_block) blocks. fixed: cross attention holds the encoder's length and stays out of
+    max_tokens' bytes per token."""
 
-    windowed: bool = False
     fixed: bool = False
 
     def tokens(self, c: FullAttention, ctx: int) -> int:
         if self.fixed:
             return c.span
-        return min(ctx, c.span) if self.windowed else ctx
+        return ctx
 
     def token_bytes(self, c: FullAttention, p: "Prepared") -> int:
         """get_cache_size_per_token for one layer: kv_factor x heads x head dim x element size."""
@@ -93,8 +126,8 @@ class BlockPool:
 
     @property
     def per_request_bytes(self) -> bool:
-        """fit charges whole requests' bytes (window pools, fixed-size caches) instead of counting blocks."""
-        return self.windowed or self.fixed
+        """fit charges whole requests' bytes (fixed-size caches) instead of counting blocks."""
+        return self.fixed
 
     @property
     def in_max_tokens(self) -> bool:
@@ -167,8 +200,8 @@ class StateBuffers:
 KIND_RULES: dict[type, Any] = {
     FullAttention: BlockPool(),
     WindowBeyondContext: BlockPool(),  # a window beyond the context is full attention here
-    SlidingWindow: BlockPool(windowed=True),
-    ChunkedLocal: BlockPool(windowed=True),
+    SlidingWindow: BlockPool(),  # full length: no max_attention_window by default (module docstring)
+    ChunkedLocal: BlockPool(),  # likewise (kvcache.md: "chunked attention does not partition the pools")
     CrossAttention: BlockPool(fixed=True),
     LatentAttention: LatentBlockPool(),
     SparseLatentAttention: LatentBlockPool(),  # DSACacheManager: the plain 576-wide latent pool (no 656 B record)
@@ -181,9 +214,9 @@ KIND_RULES: dict[type, Any] = {
     LightningState: layout.Unsupported("TensorRT-LLM has no MiniMax-Text-01 / MiniMax-M1 model "
                                        "(tensorrt_llm/_torch/models/_arch_index.py MODEL_ARCH_TO_MODULE lists "
                                        "MiniMax-M2 and MiniMax-M3 only)"),
-    KimiDeltaState: layout.NotModelled("TensorRT-LLM runs Kimi-K3 (examples/kimi_k3: KVCacheManagerV2, or the V1 "
-                                       "MixedMambaHybridCacheManager) but kvplan has not read how it pools the Kimi "
-                                       "Delta Attention state"),
+    KimiDeltaState: layout.Unsupported("TensorRT-LLM runs Kimi Delta Attention only from its 1.3 pre-releases (PR "
+                                       "#17269, August 2026), on KVCacheManagerV2 by default, which kvplan does not "
+                                       "model"),
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
     **layout.DEEPSEEK_V4_NOT_MODELLED,
@@ -260,10 +293,6 @@ _NO_MODEL = {
 REFUSED_FAMILIES = {
     **{family: f"TensorRT-LLM has no {name} model ({arch} is in neither _torch/models/_arch_index.py "
                "MODEL_ARCH_TO_MODULE nor tensorrt_llm/models MODEL_MAP)" for family, (name, arch) in _NO_MODEL.items()},
-    # the PyTorch backend's modeling_cohere2.py passes attention_window_size per forward; which window the KV pools
-    # get comes from KvCacheConfig.max_attention_window, not read here for it
-    "cohere2": "not modelled: kvplan has not read how TensorRT-LLM's Cohere2 (_torch/models/modeling_cohere2.py) "
-               "lays out its sliding-window KV pools",
     # Llama-3.2-Vision: the PyTorch backend's _torch/models/modeling_mllama.py builds the cross-attention layers as
     # None ("TODO: Cross-attention decoder layer impl.") and runs text only (skip_cross_attention); the TensorRT-engine
     # flow (models/mllama, enc-dec cross KV pools) is not read here
@@ -294,13 +323,16 @@ REFUSED_FAMILIES = {
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
     layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
+    check_release_runs(spec, selected)
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     layout.refuse_parallel_hybrid(ENGINE.name, spec.caches, "TensorRT-LLM's source for it is not read here")
     tpb = int(opts.get("tokens_per_block") or selected.rules.tokens_per_block)
     notes = [f"{tpb} tokens per block" + ("" if opts.get("tokens_per_block") else f" (TensorRT-LLM {selected.version} default)"),
              "KV heads per GPU = ceil(heads / tp); MLA kv_factor 1 (latent only)"]
     if {type(c) for _, c in spec.caches} & {SlidingWindow, ChunkedLocal}:
-        notes.append("sliding/chunked layers: a pool per window holding min(ctx, window) tokens per request")
+        notes.append("sliding/chunked layers keep the whole context: TensorRT-LLM's V1 manager takes windows only "
+                     "from KvCacheConfig.max_attention_window (unset by default); a launch that sets it (VSWA) is not "
+                     "modelled")
     if selected.note:
         notes.append(selected.note)
     state = kvd.state or base.serving_dtype(spec)
