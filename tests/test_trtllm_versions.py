@@ -44,6 +44,8 @@ def test_a_patch_release_of_a_rule_set_is_that_rule_set():
     ("gpt-oss-20b", "1.1", ["1.0", "0.10"]),
     ("qwen3-next-80b-a3b", "1.2", ["1.1", "1.0"]),
     ("qwen3-vl-8b", "1.2", ["1.1"]),
+    ("deepseek-v3.2", "1.1", ["1.0"]),
+    ("minimax-m2.5", "1.1", ["1.0"]),
     ("qwen3.5-27b", None, ["1.2", "1.0"]),
     ("glm-5", None, ["1.2"]),
 ])

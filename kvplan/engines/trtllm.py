@@ -72,14 +72,17 @@ def select_version(requested: str | None) -> Selected[Rules]:
     return select(ENGINE.name, requested, VERSIONS)
 
 
-# The first release that runs an architecture, where that is after 1.0: an older rule set refuses the model rather than
-# size it for a release that cannot load it. From docs/source/release-notes.md ("Release 1.1: Add GPT-OSS model
+# The first release that can run an architecture, where that is after 1.0: an older rule set refuses the model rather
+# than size it for a release that cannot load it. From docs/source/release-notes.md ("Release 1.1: Add GPT-OSS model
 # support"; "Release 1.2: Added support for K-EXAONE, Nemotron Nano V3, Nemotron Super V3, Qwen3-Next and Qwen3-VL"),
-# and for models that came after 1.2, the change that added them (their version is a 1.3 pre-release, which
-# select_version refuses anyway). Nemotron-3 (NemotronHForCausalLM with MoE layers) is not told apart from Nemotron-H.
+# from the model's own release date where it came after 1.0 shipped (2025-09-24) and no note names the release, and
+# for models that came after 1.2, the change that added them (a 1.3 pre-release, which select_version refuses anyway).
+# Nemotron-3 (NemotronHForCausalLM with MoE layers, 1.2's "Nemotron Nano V3") is not told apart from Nemotron-H.
 _QWEN3_5 = ("1.3", "Qwen3.5", "PR #12242 added it on 2026-03-16, after 1.2.0 shipped")
 FIRST_RELEASE = {
     "GptOssForCausalLM": ("1.1", "GPT-OSS", "1.1's release notes add it"),
+    "DeepseekV32ForCausalLM": ("1.1", "DeepSeek-V3.2", "the model came out on 2025-09-29, after 1.0 shipped"),
+    "MiniMaxM2ForCausalLM": ("1.1", "MiniMax-M2", "the model came out on 2025-10-27, after 1.0 shipped"),
     **dict.fromkeys(("Qwen3NextForCausalLM", "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration"),
                     ("1.2", "Qwen3-Next / Qwen3-VL", "1.2's release notes add them")),
     **dict.fromkeys(("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForCausalLM",
