@@ -3,9 +3,9 @@ tokens_per_block * D], one primary pool per (window size, head count); kv_factor
 kv_lora_rank + rope). KV heads per GPU = ceil(H / tp). A request needs cdiv(ctx, tokens_per_block) blocks.
 
 Windows: the V1 manager takes attention windows only from KvCacheConfig.max_attention_window (None by default); the
-PyTorch backend's models pass their sliding window per forward (modeling_gemma3.py, modeling_gpt_oss.py,
-modeling_cohere2.py: attention_window_size) and _torch/pyexecutor/_util.py builds variable-window pools only when
-that list holds more than one window (is_vswa_enabled). So by default every layer, sliding or chunked, keeps the whole
+PyTorch backend's models hand their sliding window to the attention op instead (modeling_cohere2.py:
+attention_window_size per forward), and _torch/pyexecutor/_util.py builds variable-window pools only when that list
+holds more than one window (is_vswa_enabled). So by default every layer, sliding or chunked, keeps the whole
 context; NVIDIA's own Gemma 3 VSWA recipe sets the list by hand (Dynamo engine_configs/gemma3/vswa_agg.yaml:
 max_attention_window [512 x 5, 32768]), and kvcache.md says only V2 derives windows from layer_types.
 """
