@@ -72,23 +72,27 @@ def select_version(requested: str | None) -> Selected[Rules]:
     return select(ENGINE.name, requested, VERSIONS)
 
 
-# The first release that can run an architecture, where that is after 1.0: an older rule set refuses the model rather
-# than size it for a release that cannot load it. From docs/source/release-notes.md ("Release 1.1: Add GPT-OSS model
-# support"; "Release 1.2: Added support for K-EXAONE, Nemotron Nano V3, Nemotron Super V3, Qwen3-Next and Qwen3-VL"),
-# from the model's own release date where it came after 1.0 shipped (2025-09-24) and no note names the release, and
-# for models that came after 1.2, the change that added them (a 1.3 pre-release, which select_version refuses anyway).
-# Nemotron-3 (NemotronHForCausalLM with MoE layers, 1.2's "Nemotron Nano V3") is not told apart from Nemotron-H.
-_QWEN3_5 = ("1.3", "Qwen3.5", "PR #12242 added it on 2026-03-16, after 1.2.0 shipped")
+# The first release that can run an architecture, where an older one certainly cannot: the model came out after that
+# release shipped or after its release candidates, or a later change added it (a 1.3 pre-release, which
+# select_version refuses anyway). Release notes are not enough on their own: 1.1's say "Add GPT-OSS model support",
+# yet NVIDIA's GPT-OSS quick-start recipe ran it on the 1.0.0rc6 container. Not gated where unsure: Qwen3-Next /
+# Qwen3-VL on 1.1 (1.2's notes add them), Nemotron-3 (NemotronHForCausalLM with MoE layers, 1.2's "Nemotron Nano V3",
+# not told apart from Nemotron-H). An older rule set refuses a gated model rather than size it for a release that
+# cannot load it.
+_AFTER_1_0 = "1.0 shipped on 2025-09-24 without it"
+_QWEN3_5 = ("1.3", "Qwen3.5", "PR #12242 added it on 2026-03-16, after 1.2.0 shipped; NVIDIA's Qwen3.5 guide runs "
+                              "the 1.3.0rc20 container")
 FIRST_RELEASE = {
-    "GptOssForCausalLM": ("1.1", "GPT-OSS", "1.1's release notes add it"),
-    "DeepseekV32ForCausalLM": ("1.1", "DeepSeek-V3.2", "the model came out on 2025-09-29, after 1.0 shipped"),
-    "MiniMaxM2ForCausalLM": ("1.1", "MiniMax-M2", "the model came out on 2025-10-27, after 1.0 shipped"),
-    **dict.fromkeys(("Qwen3NextForCausalLM", "Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration"),
-                    ("1.2", "Qwen3-Next / Qwen3-VL", "1.2's release notes add them")),
+    "DeepseekV32ForCausalLM": ("1.1", "DeepSeek-V3.2", f"the model came out on 2025-09-29; {_AFTER_1_0}"),
+    "MiniMaxM2ForCausalLM": ("1.1", "MiniMax-M2", f"the model came out on 2025-10-27; {_AFTER_1_0}"),
+    "Qwen3NextForCausalLM": ("1.1", "Qwen3-Next", f"the model came out on 2025-09-11, during 1.0's release candidates; "
+                                                  f"{_AFTER_1_0} (1.2's release notes add it)"),
+    **dict.fromkeys(("Qwen3VLForConditionalGeneration", "Qwen3VLMoeForConditionalGeneration"),
+                    ("1.1", "Qwen3-VL", f"the model came out on 2025-09-23; {_AFTER_1_0} (1.2's release notes add it)")),
     **dict.fromkeys(("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForCausalLM",
                      "Qwen3_5MoeForConditionalGeneration"), _QWEN3_5),
-    # GLM-5 (February 2026) reached main after 1.2's release branch (PR #11579, its deployment guide in March)
-    "GlmMoeDsaForCausalLM": ("1.3", "GLM-5", "it reached main in February-March 2026, after 1.2's release branch"),
+    "GlmMoeDsaForCausalLM": ("1.3", "GLM-5", "NVIDIA's GLM-5 deployment guide: 'Minimum TensorRT LLM version: "
+                                            "1.3.0rc8'"),
     **dict.fromkeys(("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration"),
                     ("1.3", "Kimi Linear / Kimi-K3", "PR #17269 added it in August 2026")),
 }
