@@ -243,6 +243,26 @@ def test_trtllm_llama31_8b_fp8_bytes_per_token(engine_logs):
     assert tokens % int(printed(log, r"tokens per block: (\d+)")) == 0
 
 
+def test_trtllm_1_2_1_smollm2_both_fractions(engine_logs, tmp_path):
+    """TensorRT-LLM 1.2.1 (the default rule set) on SmolLM2-135M: the pool's bytes at the printed token counts of
+    both runs (fraction 0.9: the log; 0.25: the page's prose), one pool whose window is max_seq_len."""
+    case = engine_logs["trtllm-1.2.1-smollm2-135m-rtx4070super-len2048"]
+    f = case["config_facts"]
+    path = write_config(tmp_path, "smollm2", llama_like(f["num_hidden_layers"], f["num_attention_heads"],
+                                                        f["num_key_value_heads"], f["head_dim"]))
+    log = case["log"]
+    tokens = int(printed(log, r"paged KV cache \((\d+)\)"))
+    d = kvjson("size", path, "--ctx", str(tokens), "--engine", "trtllm")
+    assert d["engine"] == "trtllm@1.2"
+    assert_printed(d["kv_bytes_per_token"] * tokens, printed(log, r"Allocated ([\d.]+) GiB"), GiB, "Allocated")
+    run = case["other_runs"][0]
+    assert_printed(d["kv_bytes_per_token"] * run["kv_tokens"], Decimal(str(run["kv_gib"])), GiB, "fraction 0.25")
+    window = int(printed(log, r"\[window size=(\d+)\]"))
+    per_seq = kvjson("size", path, "--ctx", str(window), "--engine", "trtllm")
+    blocks = sum(g["tokens"] for g in per_seq["groups"]) // 32
+    assert blocks == int(printed(log, r"blocks per sequence: (\d+)")) and window == int(printed(log, r"max sequence length=(\d+)"))
+
+
 # ---------------------------------------------------------------------------------------------- vLLM
 AVAIL = r"Available KV cache memory:\**\s*([\d.]+) GiB"
 

@@ -278,3 +278,16 @@ def test_json_validates_against_the_schema(tmp_path):
     broken = r.json()
     broken["findings"][0]["verdict"] = "close enough"
     assert list(Draft202012Validator(schema).iter_errors(broken))
+
+
+def test_trtllm_pools_per_window_are_named_not_sized(monkeypatch):
+    """A TensorRT-LLM launch that set max_attention_window prints one 'blocks per sequence' line per window (the format
+    string of kvCacheManager.cpp); kvplan sizes V1's default single full-length pool, so it says why instead."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    log = "\n".join(
+        f"[TensorRT-LLM][INFO] Max KV cache blocks per sequence: {blocks} [window size={w}], tokens per block=32, "
+        f"primary blocks={p}, secondary blocks=0, max sequence length=32768"
+        for blocks, w, p in ((17, 512, 40000), (1024, 32768, 9000))) + (
+        "\n[TensorRT-LLM][INFO] [MemUsageChange] Allocated 20.00 GiB for max tokens in paged KV cache (1568000).")
+    x = explain(log, Overrides(model="gemma-3-1b", offline=True))
+    assert x.findings and all(f.verdict == NOT_REPRODUCED and "VSWA" in f.why for f in x.findings)

@@ -34,7 +34,11 @@ def read(text: str) -> LogFacts:
             tokens = int(m.group(2))
             f.printed.append(Printed(i, "kv_tokens", Decimal(tokens)))
             f.printed.append(Printed(i, "kv_total", number(m.group(1)), GiB, at=tokens))
-        m = re.search(r"Max KV cache pages per sequence: (\d+) \[window size=(\d+)\]", line)
+        m = re.search(r"Estimated max memory in KV cache\s*:\s*([\d.]+) GiB", line)
+        if m:  # KvCacheCreator's measured budget (1.x PyTorch backend)
+            f.printed.append(Printed(i, "kv_budget", number(m.group(1)), GiB))
+        # "pages" up to mid-2025, "blocks" since (1.x: "..., tokens per block=32, primary blocks=P, ...")
+        m = re.search(r"Max KV cache (?:pages|blocks) per sequence: (\d+) \[window size=(\d+)\]", line)
         if m:
             f.printed.append(Printed(i, "blocks_per_request", number(m.group(1)), at=int(m.group(2))))
     unread_kv_lines(ls, f)
@@ -47,6 +51,11 @@ def reproduce(c) -> list[Finding]:
     f = c.facts
     if c.model is None:
         return [Finding(p, NOT_REPRODUCED, "", c.model_why) for p in f.printed]
+    windows = {p.at for p in f.printed if p.what == "blocks_per_request"}
+    if len(windows) > 1:  # a pool per window: the launch set KvCacheConfig.max_attention_window (VSWA)
+        why = (f"the log shows pools for {len(windows)} window sizes ({', '.join(map(str, sorted(windows)))}): "
+               "max_attention_window was set (VSWA), whose per-window shares kvplan does not model")
+        return [Finding(p, NOT_REPRODUCED, "", why) for p in f.printed]
     out = []
     for p in f.printed:
         try:
@@ -60,6 +69,9 @@ def reproduce(c) -> list[Finding]:
                                    None if ok else rel_error(value, float(p.value) * p.unit)))
             elif p.what == "kv_tokens":
                 out.append(_tokens(c, p))
+            elif p.what == "kv_budget":
+                out.append(Finding(p, NOT_REPRODUCED, "", "memory TensorRT-LLM measured (free after the model and its "
+                                   "profiling peak, x free_gpu_memory_fraction); `kvplan fit --gpu` estimates it"))
             else:  # pages per sequence at the window (max_seq_len)
                 _, plan = c.size(p.at)
                 per = plan.details.get("tokens_per_block") or f.knobs.get("tokens_per_block") or 32
