@@ -263,6 +263,22 @@ def test_trtllm_1_2_1_smollm2_both_fractions(engine_logs, tmp_path):
     assert blocks == int(printed(log, r"blocks per sequence: (\d+)")) and window == int(printed(log, r"max sequence length=(\d+)"))
 
 
+def test_trtllm_1_3_0rc7_kimi_k25_mla_latent_fp8(engine_logs):
+    """A 1.3 pre-release on V1 (Kimi K2.5 opted in to V2 later): the MLA latent pool, kv_factor 1, fp8, per TP rank;
+    Kimi K2.5's text model has DeepSeek-V3's 61 layers of 512 + 64."""
+    case = engine_logs["trtllm-1.3.0rc7-kimi-k2.5-nvfp4-8xb300-tp8-fp8kv"]
+    log = case["log"]
+    tokens = int(printed(log, r"paged KV cache \((\d+)\)"))
+    d = kvjson("size", "deepseek-v3", "--ctx", str(tokens), "--engine", "trtllm@1.3.0rc7", "--kv-dtype", "fp8",
+               "--tp", str(case["tp"]))
+    f = case["config_facts"]
+    assert d["kv_bytes_per_token"] == f["num_hidden_layers"] * (f["kv_lora_rank"] + f["qk_rope_head_dim"])
+    assert_printed(d["kv_bytes_per_token"] * tokens, printed(log, r"Allocated ([\d.]+) GiB"), GiB, "Allocated")
+    window = int(printed(log, r"\[window size=(\d+)\]"))
+    per_seq = kvjson("size", "deepseek-v3", "--ctx", str(window), "--engine", "trtllm@1.3.0rc7", "--kv-dtype", "fp8")
+    assert [g["tokens"] // 32 for g in per_seq["groups"]] == [int(printed(log, r"blocks per sequence: (\d+)"))]
+
+
 # ---------------------------------------------------------------------------------------------- vLLM
 AVAIL = r"Available KV cache memory:\**\s*([\d.]+) GiB"
 

@@ -43,6 +43,7 @@ MODEL_FOR = {
     "ollama-gemma3-4b-128k-swa-rtx5080": "gemma-3-4b",
     # Kimi-K2 has DeepSeek-V3's KV shape (61 layers, latent 512 + rope 64, as the log's metadata prints)
     "ik-kimi-k2-instruct-mla3-q8-latent-128k": "deepseek-v3",
+    "trtllm-1.3.0rc7-kimi-k2.5-nvfp4-8xb300-tp8-fp8kv": "deepseek-v3",
 }
 CTX_FOR = {"ollama-gemma3-4b-128k-swa-rtx5080": "131072"}  # the excerpt prints no n_ctx; the entry's table row says 128K
 

@@ -12,6 +12,7 @@ max_attention_window [512 x 5, 32768]), and kvcache.md says only V2 derives wind
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +20,7 @@ from kvplan import dtypes
 from kvplan.engines import base, layout
 from kvplan.engines.base import EngineInfo, KVDtypes, PlanGroup, cdiv, tensor
 from kvplan.engines.listing import LISTINGS
-from kvplan.engines.versions import Selected, select, version_key
+from kvplan.engines.versions import Selected, select
 from kvplan.errors import InputError
 from kvplan.parallel import heads_ceil
 from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
@@ -49,39 +50,51 @@ ENGINE = EngineInfo(
 
 # TensorRT-LLM chooses its KV cache manager per model from mid-2026: use_kv_cache_manager_v2 defaults to "auto",
 # resolved from the model class's get_model_defaults() (llmapi/llm_utils.py _resolve_kv_cache_manager_v2_auto, PR
-# #15823), and GPT-OSS (#16942, merged 2026-07-28), Gemma 3/4 (#17396), Llama, Kimi Linear, the Mamba hybrids and the
-# sparse-attention models opted in during the 1.3 pre-releases (docs/source/features/kvcache.md "Selecting the KV Cache
-# Manager"). 1.1.0 (2025-12) and 1.2.x (2026-03/04) predate it (the earlier "enable V2 by default" PRs #12837 / #15407
-# closed unmerged) and run every model on the V1 manager, whose KvCacheConfig defaults (tokens_per_block 32,
-# free_gpu_memory_fraction 0.9) the 1.0 rules hold and the 1.3.0rc27 / 1.4.0rc4 references still list.
-V2_BY_DEFAULT_FROM = (1, 3)
+# #15823 of July 2026, where only DeepSeek-V4 opted in), then GPT-OSS (#16942, opened 2026-07-28), Kimi K2.5 (#17125),
+# MiniMax-M2 (#17360), Gemma 3/4 (#17396), Llama, Kimi Linear, the Mamba hybrids and the sparse-attention models
+# (docs/source/features/kvcache.md "Selecting the KV Cache Manager"). So 1.3.0rc0-rc22 (up to 2026-07-22) still run
+# every model but DeepSeek-V4 (refused by family) on the V1 manager, and later pre-releases are refused. 1.1.0
+# (2025-12) and 1.2.x (2026-03/04) predate all of it (the "enable V2 by default" PRs #12837 / #15407 closed unmerged);
+# V1's KvCacheConfig defaults (tokens_per_block 32, free_gpu_memory_fraction 0.9) are 1.0's and the 1.3.0rc27 /
+# 1.4.0rc4 references still list them.
+LAST_V1_PRERELEASE = "1.3.0rc22"
+
+
+def release_key(version: str) -> tuple[int, int, int, float]:
+    """'1.3.0rc7' -> (1, 3, 0, 7); '1.2' / '1.2.1' / '1.3' -> (.., inf): a final release sorts after its candidates."""
+    m = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:rc(\d+))?(?:\.(?:post|dev)\d+)*(?:\+\S*)?", version.strip().lower())
+    if not m:
+        raise InputError(f"{ENGINE.name}@{version}: not a TensorRT-LLM version (e.g. 1.2, 1.2.1, 1.3.0rc7)")
+    major, minor, patch, rc = m.groups()
+    return int(major), int(minor), int(patch or 0), float(rc) if rc is not None else float("inf")
 
 
 def select_version(requested: str | None) -> Selected[Rules]:
-    if requested is not None:
-        try:
-            want = version_key(requested)
-        except ValueError:
-            want = None
-        if want is not None and want >= V2_BY_DEFAULT_FROM:
-            raise InputError(
-                f"{ENGINE.name}@{requested}: TensorRT-LLM 1.3 pre-releases and later choose KVCacheManagerV2 per model "
-                "by default (use_kv_cache_manager_v2 'auto': GPT-OSS, Gemma 3/4, Llama, the Mamba hybrids, the "
-                "sparse-attention models, ...), whose pools kvplan has not laid out; for a launch on the V1 manager "
-                "(use_kv_cache_manager_v2: false) size it as trtllm@1.2")
-    return select(ENGINE.name, requested, VERSIONS)
+    if requested is None:
+        return select(ENGINE.name, requested, VERSIONS)
+    key = release_key(requested)
+    if key > release_key(LAST_V1_PRERELEASE):
+        raise InputError(
+            f"{ENGINE.name}@{requested}: TensorRT-LLM pre-releases after {LAST_V1_PRERELEASE} (July 2026) choose "
+            "KVCacheManagerV2 per model by default (use_kv_cache_manager_v2 'auto': GPT-OSS, Gemma 3/4, Llama, the "
+            "Mamba hybrids, the sparse-attention models, ...), whose pools kvplan has not laid out; for a launch on "
+            "the V1 manager (use_kv_cache_manager_v2: false) size it as trtllm@1.2")
+    selected = select(ENGINE.name, requested, VERSIONS)
+    if key[:2] == (1, 3):
+        note = (f"{ENGINE.name}@{requested}: a pre-release up to {LAST_V1_PRERELEASE}, the V1 manager for every model "
+                f"(per-model KVCacheManagerV2 defaults came after it) with {ENGINE.name}@{selected.version}'s defaults")
+        selected = Selected(selected.name, selected.version, requested, selected.rules, note)
+    return selected
 
 
 # The first release that can run an architecture, where an older one certainly cannot: the model came out after that
-# release shipped or after its release candidates, or a later change added it (a 1.3 pre-release, which
-# select_version refuses anyway). Release notes are not enough on their own: 1.1's say "Add GPT-OSS model support",
+# release shipped or after its release candidates, or a later change added it (from a 1.3 pre-release on). Release notes are not enough on their own: 1.1's say "Add GPT-OSS model support",
 # yet NVIDIA's GPT-OSS quick-start recipe ran it on the 1.0.0rc6 container. Not gated where unsure: Qwen3-Next /
 # Qwen3-VL on 1.1 (1.2's notes add them), Nemotron-3 (NemotronHForCausalLM with MoE layers, 1.2's "Nemotron Nano V3",
 # not told apart from Nemotron-H). An older rule set refuses a gated model rather than size it for a release that
 # cannot load it.
 _AFTER_1_0 = "1.0 shipped on 2025-09-24 without it"
-_QWEN3_5 = ("1.3", "Qwen3.5", "PR #12242 added it on 2026-03-16, after 1.2.0 shipped; NVIDIA's Qwen3.5 guide runs "
-                              "the 1.3.0rc20 container")
+_QWEN3_5 = ("1.3.0rc8", "Qwen3.5", "PR #12242 added it on 2026-03-16, after 1.2.0 and 1.3.0rc7 shipped")
 FIRST_RELEASE = {
     "DeepseekV32ForCausalLM": ("1.1", "DeepSeek-V3.2", f"the model came out on 2025-09-29; {_AFTER_1_0}"),
     "MiniMaxM2ForCausalLM": ("1.1", "MiniMax-M2", f"the model came out on 2025-10-27; {_AFTER_1_0}"),
@@ -91,10 +104,10 @@ FIRST_RELEASE = {
                     ("1.1", "Qwen3-VL", f"the model came out on 2025-09-23; {_AFTER_1_0} (1.2's release notes add it)")),
     **dict.fromkeys(("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForCausalLM",
                      "Qwen3_5MoeForConditionalGeneration"), _QWEN3_5),
-    "GlmMoeDsaForCausalLM": ("1.3", "GLM-5", "NVIDIA's GLM-5 deployment guide: 'Minimum TensorRT LLM version: "
-                                            "1.3.0rc8'"),
+    "GlmMoeDsaForCausalLM": ("1.3.0rc8", "GLM-5", "NVIDIA's GLM-5 deployment guide: 'Minimum TensorRT LLM version: "
+                                                 "1.3.0rc8'"),
     **dict.fromkeys(("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration"),
-                    ("1.3", "Kimi Linear / Kimi-K3", "PR #17269 added it in August 2026")),
+                    ("1.3.0rc23", "Kimi Linear / Kimi-K3", "PR #17269 added it in August 2026")),
 }
 
 
@@ -102,8 +115,9 @@ def check_release_runs(spec: ModelSpec, selected: Selected[Rules]) -> None:
     """Refuse an architecture the selected release cannot load (FIRST_RELEASE), in one line."""
     first = FIRST_RELEASE.get(spec.architecture)
     version = selected.requested or selected.version
-    if first and version_key(version)[:2] < version_key(first[0]):
-        later = ("the 1.3 pre-releases, which kvplan does not model (KVCacheManagerV2)" if first[0] == "1.3"
+    if first and release_key(version) < release_key(first[0]):
+        on_v2 = release_key(first[0]) > release_key(LAST_V1_PRERELEASE)
+        later = (f"{first[0]}, after {LAST_V1_PRERELEASE}: on KVCacheManagerV2, not modelled" if on_v2
                  else f"{first[0]}: --engine {ENGINE.name}@{first[0]}")
         raise layout.UnsupportedKind(f"{ENGINE.name}@{version} cannot size this {first[1]} model: TensorRT-LLM "
                                      f"{version} has no {spec.architecture} ({first[2]}); it runs from {later}")
