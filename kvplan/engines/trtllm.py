@@ -7,7 +7,8 @@ PyTorch backend's models hand their sliding window to the attention op instead (
 attention_window_size per forward), and _torch/pyexecutor/_util.py builds variable-window pools only when that list
 holds more than one window (is_vswa_enabled). So by default every layer, sliding or chunked, keeps the whole
 context; NVIDIA's own Gemma 3 VSWA recipe sets the list by hand (Dynamo engine_configs/gemma3/vswa_agg.yaml:
-max_attention_window [512 x 5, 32768]), and kvcache.md says only V2 derives windows from layer_types.
+max_attention_window [512 x 5, 32768]), the PR that brought Gemma 3 to the PyTorch backend (#3999) left windowed pools
+for later, and kvcache.md says only V2 derives windows from layer_types.
 """
 
 from __future__ import annotations
