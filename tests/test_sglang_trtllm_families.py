@@ -13,7 +13,7 @@
   models: refused.
 - TensorRT-LLM (main, the index's copy: _torch/models/modeling_gemma4.py, modeling_step3p7.py,
   modeling_deepseekv4.py, docs/source/features/kvcache.md): Gemma 4 and DeepSeek-V4 run on KVCacheManagerV2 only,
-  Step-3.7's pool windows come from max_attention_window (V1) or V2's layer_types derivation: all refused.
+  Step-3.7 names FlashInfer on KVCacheManagerV2 its production path: all refused.
 
 Every figure below is arithmetic on the config's own fields, written out here; no engine ran (no GPU, and neither
 engine installs on this machine).
@@ -207,7 +207,7 @@ REFUSALS = [
     (DSV4_FLASH, "sglang@0.5", "SGLang 0.5.10 has no DeepSeek-V4 model"),
     (DSV4_FLASH, "sglang@0.5.23 --kv-dtype bf16", "fp8_e4m3 only"),  # laid out otherwise: test_dsv4_sglang023.py
     (GEMMA_26B, "trtllm", "KVCacheManagerV2 unconditionally"),
-    (STEP_FLASH, "trtllm", "max_attention_window"),
+    (STEP_FLASH, "trtllm", "KVCacheManagerV2"),
     (DSV4_FLASH, "trtllm", "KVCacheManagerV2"),
 ]
 

@@ -35,9 +35,8 @@ class Rules:
     blocks_round_up: bool  # max_tokens -> blocks rounded up (the July 2025 PyTorch-backend log: 860,308 -> 860,320)
 
 
-# 1.2 (1.2.0 2026-03, 1.2.1 2026-04, the newest release): the V1 manager for every model with 1.0's KvCacheConfig
-# defaults (tokens_per_block 32, free_gpu_memory_fraction 0.9), which the 1.3.0rc27 and 1.4.0rc4 references still
-# list; 1.2's release notes change no KV cache default. Its own llm_args.py was not read (no 1.2 source here).
+# 1.2 (1.2.0 2026-03, 1.2.1 2026-04, the newest release): 1.0's rules (see LAST_V1_PRERELEASE below); 1.2's own
+# llm_args.py was not read (no 1.2 source here) and its release notes change no KV cache default.
 VERSIONS = [("0.10", Rules(64, True)), ("1.0", Rules(32, True)), ("1.2", Rules(32, True))]
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3")  # cache dtypes this engine can store
 LISTED = LISTINGS["trtllm"]
@@ -89,8 +88,9 @@ def select_version(requested: str | None) -> Selected[Rules]:
 
 
 # The first release that can run an architecture, where an older one certainly cannot: the model came out after that
-# release shipped or after its release candidates, or a later change added it (from a 1.3 pre-release on). Release notes are not enough on their own: 1.1's say "Add GPT-OSS model support",
-# yet NVIDIA's GPT-OSS quick-start recipe ran it on the 1.0.0rc6 container. Not gated where unsure: Qwen3-Next /
+# release shipped or after its release candidates, or a later change added it (from a 1.3 pre-release on). Release
+# notes are not enough on their own: 1.1's say "Add GPT-OSS model support", yet NVIDIA's GPT-OSS quick-start recipe ran
+# it on the 1.0.0rc6 container. Not gated where unsure: Qwen3-Next /
 # Qwen3-VL on 1.1 (1.2's notes add them), Nemotron-3 (NemotronHForCausalLM with MoE layers, 1.2's "Nemotron Nano V3",
 # not told apart from Nemotron-H). An older rule set refuses a gated model rather than size it for a release that
 # cannot load it.
@@ -236,9 +236,9 @@ KIND_RULES: dict[type, Any] = {
     LightningState: layout.Unsupported("TensorRT-LLM has no MiniMax-Text-01 / MiniMax-M1 model "
                                        "(tensorrt_llm/_torch/models/_arch_index.py MODEL_ARCH_TO_MODULE lists "
                                        "MiniMax-M2 and MiniMax-M3 only)"),
-    KimiDeltaState: layout.Unsupported("TensorRT-LLM runs Kimi Delta Attention only from its 1.3 pre-releases (PR "
-                                       "#17269, August 2026), on KVCacheManagerV2 by default, which kvplan does not "
-                                       "model"),
+    KimiDeltaState: layout.Unsupported("TensorRT-LLM runs Kimi Delta Attention only from pre-releases after "
+                                       "1.3.0rc22 (PR #17269, August 2026), on KVCacheManagerV2, which kvplan does "
+                                       "not model"),
     SharedKV: layout.NO_CACHE,
     NoCache: layout.NO_CACHE,
     **layout.DEEPSEEK_V4_NOT_MODELLED,
@@ -335,10 +335,10 @@ REFUSED_FAMILIES = {
                    "(docs/source/features/kvcache.md), which kvplan has not laid out",
     # modeling_step3p7.py (registered as Step3p5ForCausalLM) passes the sliding window per forward
     # (Step3p7Attention.forward: attention_window_size or sliding_window) and names FlashInfer + KVCacheManagerV2 its
-    # production path; on V1 the pools' windows come from KvCacheConfig.max_attention_window, not from layer_types
-    "step-3.7": "not modelled: TensorRT-LLM (_torch/models/modeling_step3p7.py) gives the sliding window per forward; "
-                "which window its KV pools hold comes from KvCacheConfig.max_attention_window (V1) or "
-                "KVCacheManagerV2's layer_types derivation (its documented production path), neither laid out here",
+    # production path; which release first ran it on V1 was not established, so no V1 figure is given
+    "step-3.7": "not modelled: TensorRT-LLM (_torch/models/modeling_step3p7.py) names FlashInfer on KVCacheManagerV2 "
+                "its production path, whose pools kvplan has not laid out, and the first release that runs it on the "
+                "V1 manager is not established",
 }
 
 
