@@ -292,3 +292,17 @@ def test_trtllm_pools_per_window_are_named_not_sized(monkeypatch):
         "\n[TensorRT-LLM][INFO] [MemUsageChange] Allocated 20.00 GiB for max tokens in paged KV cache (1568000).")
     x = explain(log, Overrides(model="gemma-3-1b", offline=True))
     assert x.findings and all(f.verdict == NOT_REPRODUCED and "VSWA" in f.why for f in x.findings)
+
+
+@pytest.mark.parametrize("version, reproduced", [("1.3.0rc7", True), ("1.4.0rc1", False)])
+def test_trtllm_version_line_picks_the_manager(version, reproduced, monkeypatch):
+    """TensorRT-LLM prints "TensorRT-LLM version: X" (capitalised): a 1.3.0rc7 log is sized on V1; a 1.4.0rc1 log
+    (per-model KVCacheManagerV2 defaults) is not sized with V1's rules but says why."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    log = f"[TensorRT-LLM] TensorRT-LLM version: {version}\n" + ENTRIES["trtllm-1.2.1-smollm2-135m-rtx4070super-len2048"]["log"]
+    x = explain(log, Overrides(model="llama-3.1-8b", offline=True))
+    assert x.context.engine == f"trtllm@{version}"
+    sized = [f for f in x.findings if f.printed.what == "blocks_per_request"]
+    assert sized and (sized[0].verdict == REPRODUCED) == reproduced
+    if not reproduced:
+        assert "KVCacheManagerV2" in sized[0].why

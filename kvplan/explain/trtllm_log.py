@@ -20,7 +20,7 @@ def looks_like(text: str) -> bool:
 def read(text: str) -> LogFacts:
     ls = lines(text)
     f = LogFacts("trtllm")
-    f.set_from(text, r"tensorrt[_-]llm(?:==| version:? ?v?)(\d+\.\d+\S*)", "version", str, "a version in the text")
+    f.set_from(text, r"(?i)tensorrt[_-]llm(?:==| version:? ?v?)(\d+\.\d+[\w.+]*)", "version", str, "a version in the text")
     m = re.search(r"free_gpu_memory_fraction and max_tokens are set \(to ([\d.]+) and (\d+)", text)
     if m:
         f.set("free_gpu_memory_fraction", round(float(m.group(1)), 6), "TRT-LLM's cap warning")
