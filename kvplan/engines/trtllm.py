@@ -9,6 +9,16 @@ holds more than one window (is_vswa_enabled). So by default every layer, sliding
 context; NVIDIA's own Gemma 3 VSWA recipe sets the list by hand (Dynamo engine_configs/gemma3/vswa_agg.yaml:
 max_attention_window [512 x 5, 32768]), the PR that brought Gemma 3 to the PyTorch backend (#3999) left windowed pools
 for later, and kvcache.md says only V2 derives windows from layer_types.
+
+A launch that sets max_attention_window (VSWA) is not modelled, because what it does changed across the releases
+kvplan sizes and no release tree could be read here: the pool each window gets was the C++
+BaseKVCacheManager::calculateMaxNumBlocks share (calculateWindowSizeToShare: bytes per token x window, after PR
+#6481 of July 2025 removed a second factor of the layer count), then equal shares per window in Python
+(calculate_max_num_blocks_for_vswa, overridable by TRTLLM_WINDOW_SIZE_SHARES, PR #7923 of September 2025); and a
+sliding pool's reservation per request grew from min(length, window) blocks to min(length, window + a temporary
+window of up to max_num_tokens) with paged context FMHA (WindowBlockManager::calculateTemporaryAttentionWindow),
+while PR #6768 (SWA KV cache reuse) changed how sliding pools allocate. Which combination 1.2 ships is not
+established.
 """
 
 from __future__ import annotations
@@ -354,7 +364,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     if {type(c) for _, c in spec.caches} & {SlidingWindow, ChunkedLocal}:
         notes.append("sliding/chunked layers keep the whole context: TensorRT-LLM's V1 manager takes windows only "
                      "from KvCacheConfig.max_attention_window (unset by default); a launch that sets it (VSWA) is not "
-                     "modelled")
+                     "modelled (its per-window memory split and sliding reservations changed between releases)")
     if selected.note:
         notes.append(selected.note)
     state = kvd.state or base.serving_dtype(spec)
