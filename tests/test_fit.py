@@ -160,3 +160,16 @@ def test_fit_takes_the_encoder_length_of_one_cross_attention_model():
 def size_kv(model: str, ctx: int, encoder_len: int) -> int:
     return kvjson("size", model, "--engine", "hf", "--kv-dtype", "fp16", "--ctx", str(ctx),
                   "--encoder-len", str(encoder_len))["kv_bytes"]
+
+
+@pytest.mark.parametrize("engine,gpu,expected", [
+    ("vllm@0.27.1", "B200", 8192), ("vllm@0.28", "B200", 16384), ("vllm@0.32", "B200", 16384),
+    ("vllm@0.33", "B300", 16384), ("vllm@0.32", "H100", 8192), ("vllm@0.32", "A100-80GB", 2048),
+])
+def test_vllm_serve_batched_token_default_follows_the_gpu_tier_of_its_version(engine, gpu, expected):
+    """EngineArgs._set_default_args as the wheels read: >= 160 GiB (B200, B300) -> 16,384 from 0.28.0 (0.27.1 has no
+    such tier), >= 70 GiB other than A100 -> 8,192, else 2,048. A sliding-window model shows it: its sliding layers
+    reserve window + 2 x max_num_batched_tokens (async scheduling) per request."""
+    r = kvjson("fit", "gemma-2-9b", "--gpu", gpu, "--engine", engine, "--ctx", "8k")["results"][0]
+    said = [a for a in r["assumptions"] if a.startswith("max_num_batched_tokens ")]
+    assert said and said[0].split()[1] == str(expected), said

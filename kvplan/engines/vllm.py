@@ -157,11 +157,13 @@ def select_version(requested: str | None) -> Selected[Rules]:
 
 
 def default_max_num_batched_tokens(total_gib: float | None, gpu_name: str, version: str) -> int:
-    """EngineArgs._set_default_args for `vllm serve`: >= 70 GiB and not A100 -> 8192, else 2048;
-    0.33: >= 160 GiB -> 16384."""
+    """EngineArgs._set_default_args for `vllm serve`: >= 70 GiB and not A100 -> 8192, else 2048; from 0.28.0
+    >= 160 GiB (B200, B300) -> 16384 (engine/arg_utils.py of the 0.28.0, 0.30.0, 0.32.0 and 0.33.0 wheels; the
+    0.25.0, 0.26.0, 0.27.0 and 0.27.1 wheels have no such tier). `version`: the version asked for (the tier is gated
+    on it, not on the rule set it resolves to)."""
     if total_gib is None:
         return SIZE_MAX_NUM_BATCHED_TOKENS
-    if version_key(version) >= (0, 33) and total_gib >= 160:
+    if version_key(version) >= (0, 28) and total_gib >= 160:
         return 16384
     if total_gib >= 70 and "a100" not in gpu_name.lower():
         return 8192
@@ -991,7 +993,8 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         assumptions.append(selected.note)
     mbt = opts.get("max_num_batched_tokens")
     if mbt is None:
-        mbt = default_max_num_batched_tokens(gpu.gib if gpu is not None else None, gpu_name or "", selected.version)
+        mbt = default_max_num_batched_tokens(gpu.gib if gpu is not None else None, gpu_name or "",
+                                             selected.requested or selected.version)
         where = "size knows no GPU" if gpu is None else "vllm serve default for this GPU"
         assumptions.append(f"max_num_batched_tokens {mbt} ({where}; --max-num-batched-tokens changes it)")
     async_on = opts.get("async_scheduling")
