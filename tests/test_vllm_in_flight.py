@@ -1,5 +1,6 @@
 """The tokens vLLM reserves in flight for a sliding-window layer, by version: from 0.32 one max_num_batched_tokens
-per concurrent batch (config/vllm.py max_concurrent_batches: pp, or 2 with async scheduling at pp 1); in 0.19 and
+per concurrent batch (config/vllm.py max_concurrent_batches: pp + 1 with async scheduling, on by default at any pp
+since the V2 model runner is the CUDA default; pp without it); in 0.19 and
 0.23 one max_num_batched_tokens whatever the scheduling or pp (kv_cache_interface.py
 max_admission_blocks_per_request). Blocks per request: cdiv(min(window - 1 + in flight, max_len), block) + 1."""
 
@@ -39,8 +40,9 @@ def expected(in_flight: int) -> int:
     (("--engine", "vllm@0.19", "--pp", "2"), 1),
     (("--engine", "vllm@0.32"), 2),  # async scheduling on by default
     (("--engine", "vllm@0.32", "--no-async-scheduling"), 1),
-    (("--engine", "vllm@0.32", "--pp", "2"), 2),
+    (("--engine", "vllm@0.32", "--pp", "2"), 3),  # the V2 runner keeps async on at pp 2: pp + 1 batches
     (("--engine", "vllm@0.32", "--pp", "2", "--no-async-scheduling"), 2),
+    (("--engine", "vllm@0.33", "--pp", "4"), 5),
 ])
 def test_sliding_reserve_counts_batches_in_flight_only_from_0_32(args, batches):
     assert sliding_blocks(*args) == expected(batches * MBT)

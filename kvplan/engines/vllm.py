@@ -999,11 +999,15 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         assumptions.append(f"max_num_batched_tokens {mbt} ({where}; --max-num-batched-tokens changes it)")
     async_on = opts.get("async_scheduling")
     if async_on is None:
-        async_on = rules.async_scheduling and pp == 1
-    batches = (2 if async_on and pp == 1 else pp) if rules.in_flight_reserve else 1
+        # from 0.32 (in_flight_reserve) pipeline parallelism keeps async scheduling on: the V2 model runner is the
+        # default on CUDA (config/vllm.py use_v2_model_runner) and only the V1 runner turns it off at pp > 1
+        async_on = rules.async_scheduling and (pp == 1 or rules.in_flight_reserve)
+    # config/vllm.py max_concurrent_batches (0.32, 0.33): pp + 1 with async scheduling on the V2 model runner, else pp
+    batches = (pp + 1 if async_on else pp) if rules.in_flight_reserve else 1
     inflight = int(mbt) * batches
     in_flight_note = "max_num_batched_tokens" if batches == 1 else (
-        f"{batches} x max_num_batched_tokens: " + ("async scheduling" if pp == 1 else f"pp {pp}"))
+        f"{batches} x max_num_batched_tokens: " + ("async scheduling" if pp == 1 and async_on
+                                                    else f"pp {pp}" + (" + 1, async scheduling" if async_on else "")))
     kinds = {type(c) for _, c in spec.caches}
     if kinds & {SlidingWindow, ChunkedLocal, WindowBeyondContext}:
         assumptions.append(
