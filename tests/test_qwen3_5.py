@@ -88,27 +88,51 @@ def test_vllm_qwen3_8_27b_two_rtx3090_tp2(wild):
 
 
 # ---------------------------------------------------------------------------------------------- the rules
-def state_block(ssm_bytes: int) -> int:
-    """vLLM's hybrid page: attention blocks grow (in 16s) until a block's K/V page holds one layer's state page.
-    Qwen3.5-27B: conv state (2 x 16 x 128 + 48 x 128) x 3 in bf16, SSM state 48 x 128 x 128; K/V 2 x 4 x 256 x 2 B."""
+def state_block(ssm_bytes: int, alignment: int = 16) -> int:
+    """vLLM's hybrid page: attention blocks grow (in multiples of the alignment) until a block's K/V page holds one
+    layer's state page. Qwen3.5-27B: conv state (2 x 16 x 128 + 48 x 128) x 3 in bf16, SSM state 48 x 128 x 128; K/V
+    2 x 4 x 256 x 2 B. The alignment is 16 (the block size), or lcm(16, 64) = 64 in vLLM 0.33 when the Gated DeltaNet
+    prefill runs on FlashInfer (Hopper, as size assumes) and prefix caching exports its checkpoints."""
     state = (2 * 16 * 128 + 48 * 128) * 3 * 2 + 48 * 128 * 128 * ssm_bytes
-    return math.ceil(state / (2 * 4 * 256 * 2) / 16) * 16
+    return math.ceil(state / (2 * 4 * 256 * 2) / alignment) * alignment
 
 
 @pytest.mark.parametrize("flag, ssm_bytes", [
     (None, 4),  # the config's mamba_ssm_dtype float32 (vLLM Qwen3_5ForConditionalGenerationConfig)
     ("bf16", 2),  # a flag wins over the config (vLLM warns and uses the flag)
 ])
-def test_vllm_ssm_state_dtype_follows_the_config_unless_told(flag, ssm_bytes):
-    args = ["size", "qwen3.5-27b", "--ctx", "1024"] + (["--mamba-ssm-cache-dtype", flag] if flag else [])
-    assert kvjson(*args)["engine_details"]["block_size"] == state_block(ssm_bytes)
+@pytest.mark.parametrize("engine, alignment", [("vllm@0.32", 16), ("vllm@0.33", 64)])
+def test_vllm_ssm_state_dtype_follows_the_config_unless_told(flag, ssm_bytes, engine, alignment):
+    args = ["size", "qwen3.5-27b", "--ctx", "1024", "--engine", engine] + (["--mamba-ssm-cache-dtype", flag] if flag else [])
+    assert kvjson(*args)["engine_details"]["block_size"] == state_block(ssm_bytes, alignment)
 
 
 def test_the_config_field_is_what_decides(tmp_path):
     """Without mamba_ssm_dtype, Qwen3.5 keeps the conv state's dtype (bf16), as Qwen3-Next does."""
     cfg = bundled("Qwen--Qwen3.5-27B")
     del cfg["text_config"]["mamba_ssm_dtype"]
-    assert kvjson("size", write_config(tmp_path, "q", cfg), "--ctx", "1024")["engine_details"]["block_size"] == state_block(2)
+    d = kvjson("size", write_config(tmp_path, "q", cfg), "--ctx", "1024", "--engine", "vllm@0.32")
+    assert d["engine_details"]["block_size"] == state_block(2)
+
+
+# vLLM 0.33: layers/mamba/gdn/qwen_gdn_linear_attn.py picks FlashInfer for the GDN prefill on SM90, and on SM10x /
+# SM12x when linear_key_head_dim is 128 (CUDA 13, the PyPI wheel's); with prefix caching ('align') each GDN spec then
+# holds one prefill-checkpoint page more (2 + 1) and the hybrid block is a multiple of 64. Ampere keeps Triton.
+@pytest.mark.parametrize("engine, gpu, alignment, pages", [
+    ("vllm@0.32", "H100", 16, 2), ("vllm@0.33", "H100", 64, 3), ("vllm@0.33", "B200", 64, 3),
+    ("vllm@0.33", "A100-80GB", 16, 2), ("vllm@0.33", "L40S", 16, 2),
+])
+def test_vllm_0_33_gdn_flashinfer_prefill_keeps_a_checkpoint_page(engine, gpu, alignment, pages):
+    ctx = 32768
+    r = kvjson("fit", "--model", "qwen3.5-27b", "--gpu", gpu, "--engine", engine, "--ctx", str(ctx),
+               "--max-model-len", str(ctx), "--kv-budget", "40GiB")["results"][0]
+    block = state_block(4, alignment)
+    assert r["engine_details"]["block_size"] == block
+    # 16 full-attention layers take cdiv(ctx, block) blocks, the 48 GDN layers `pages` each, in groups of 16 layers
+    assert r["engine_details"]["blocks_per_request"] == math.ceil(ctx / block) + 3 * pages
+    off = kvjson("fit", "--model", "qwen3.5-27b", "--gpu", gpu, "--engine", engine, "--ctx", str(ctx),
+                 "--max-model-len", str(ctx), "--kv-budget", "40GiB", "--no-enable-prefix-caching")["results"][0]
+    assert off["engine_details"]["blocks_per_request"] == math.ceil(ctx / state_block(4)) + 3  # one page, block 16s
 
 
 def test_layer_pattern_and_kv_per_token():

@@ -9,7 +9,7 @@ is the null block. Rules that changed between versions are rows of VERSIONS.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from math import prod
+from math import lcm, prod
 from typing import Any, ClassVar
 
 from kvplan import dtypes
@@ -45,6 +45,11 @@ class Rules:
     promote_only_mixed: bool = False  # kv_cache_utils.py _promote_local_kv_cache_specs: uniform specs stay as they are
     hybrid_align_to_block: bool = False  # platforms/interface.py _align_hybrid_block_size: A = max(kernel, block)
     mamba_align_mode: bool = False  # prefix caching on hybrids: mamba_cache_mode "align", 2 (+1 Mamba-2) blocks
+    # 0.33: Qwen Gated DeltaNet layers whose prefill runs on FlashInfer export prefill checkpoints in "align" mode
+    # (layers/mamba/gdn/qwen_gdn_linear_attn.py get_kv_cache_spec: num_prefill_checkpoint_blocks 1, so 3 state pages
+    # a request; platforms/interface.py _align_hybrid_block_size: the block a multiple of lcm(A, 64),
+    # FLASHINFER_GDN_CHECKPOINT_ALIGNMENT). 0.32 has neither.
+    gdn_flashinfer_checkpoint: bool = False
     cross_reserves_batched_tokens: bool = False  # CrossAttentionSpec reserves max_num_encoder_input_tokens
     ssm_fp32_architectures: bool = False  # SSM_DTYPE_FROM_CONFIG: the SSM state dtype from the config (NemotronH, Qwen3.5)
     window_beyond_context_slides: bool = False  # a sliding_window >= the context is still a SlidingWindowSpec
@@ -130,7 +135,8 @@ VERSIONS: list[tuple[str, Rules]] = [
     # SM90 (block 16) and FlashInfer-MLA on SM100 (platforms/cuda.py), hybrid MLA + Mamba aligned to 128. The 0.33
     # row was written from 0.33 logs first; 0.32's source already has all of it.
     ("0.32", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, **_SINCE_0_32)),
-    ("0.33", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, **_SINCE_0_32)),
+    # 0.33 (the 0.33.0 wheel's source read against 0.32.0's): 0.32's rules but for the Qwen GDN prefill checkpoint
+    ("0.33", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, **_SINCE_0_32, gdn_flashinfer_checkpoint=True)),
 ]
 
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2")  # cache dtypes this engine can store
@@ -323,6 +329,7 @@ class SpecEnv:
     sparse_block: int = SPARSE_BLOCK
     dcp: int = 1  # decode_context_parallel_size: full-attention and MLA pages shard a request's tokens
     flashkda: bool = False  # Kimi-K3's KDA prefill picks FlashKDA here (SM90/10x/12x, bf16 model, bf16/fp32 state)
+    gdn_checkpoint: bool = False  # Qwen GDN prefill on FlashInfer keeps a checkpoint page (Rules.gdn_flashinfer_checkpoint)
 
 
 def _attention_bytes(c: FullAttention, env: SpecEnv) -> int:
@@ -441,7 +448,8 @@ def _mamba(c: RecurrentState, env: SpecEnv) -> VSpec:
     (layers/mamba/mamba_mixer2.py get_kv_cache_spec); Mamba-2 is the state with a 3-D (heads, head_dim, d_state) SSM."""
     conv, ssm = env.state_dtypes
     mamba2 = isinstance(c, MambaState) and len(c.ssm_shape) == 3
-    blocks = (3 if mamba2 else 2) if env.state_align else 1
+    checkpoint = mamba2 or (isinstance(c, LinearAttentionState) and env.gdn_checkpoint)
+    blocks = (3 if checkpoint else 2) if env.state_align else 1
     return MambaSpec(env.block, state_bytes=conv.nbytes(prod(c.conv_shape(env.tp))) + ssm.nbytes(prod(c.ssm_shape_for(env.tp))),
                      state_blocks=blocks)
 
@@ -708,9 +716,10 @@ def _promotes_local(caches, disable: bool, rules: Rules) -> bool:
 
 
 def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, Any], state_dtypes, arch: str,
-                hybrid_state: bool, batched_tokens: int, flashkda: bool = False) -> StageLayout:
+                hybrid_state: bool, batched_tokens: int, flashkda: bool = False, gdn_checkpoint: bool = False) -> StageLayout:
     """hybrid_state: the model has attention and state layers (prefix caching puts the state in "align" mode);
-    flashkda: Kimi-K3's KDA prefill backend would be FlashKDA (SpecEnv.flashkda)."""
+    flashkda: Kimi-K3's KDA prefill backend would be FlashKDA (SpecEnv.flashkda); gdn_checkpoint: Qwen GDN prefill
+    on FlashInfer exports checkpoints (SpecEnv.gdn_checkpoint)."""
     user_block = opts.get("block_size")
     block = int(user_block or 16)
     disable = bool(opts.get("disable_hybrid_kv_cache_manager"))
@@ -724,10 +733,12 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
     env = SpecEnv(tp, kvd, block, int(user_block or dict(rules.mla_block).get(arch, 16)),
                   _promotes_local(caches, disable, rules), state_dtypes, state_align,
                   batched_tokens if rules.cross_reserves_batched_tokens else None, rules.window_beyond_context_slides,
-                  arch, int(user_block or SPARSE_BLOCK), int(opts.get("decode_context_parallel_size") or 1), flashkda)
+                  arch, int(user_block or SPARSE_BLOCK), int(opts.get("decode_context_parallel_size") or 1), flashkda,
+                  gdn_checkpoint and state_align)
     if state_align and any(isinstance(c, RecurrentState) for _, c in caches):
         notes.append("prefix caching on a hybrid: state layers in mamba_cache_mode 'align', 2 state pages per request "
-                     "(Mamba-2 mixers 3); --no-enable-prefix-caching gives 1")
+                     "(Mamba-2 mixers 3" + (", Gated DeltaNet layers 3: FlashInfer prefill checkpoints" if env.gdn_checkpoint
+                                            else "") + "); --no-enable-prefix-caching gives 1")
     specs = []  # keyed by the entry's position in `caches` (a decoder layer may hold self + cross caches)
     for e, (_, c) in enumerate(caches):
         s = layer_spec(c, env)
@@ -741,6 +752,8 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
     alignment = rules.hybrid_mla_alignment if has_mla else 16
     if rules.hybrid_align_to_block:
         alignment = max(alignment, block)  # _align_hybrid_block_size: max(kernel block, cache_config.block_size)
+    if env.gdn_checkpoint:
+        alignment = lcm(alignment, GDN_CHECKPOINT_ALIGNMENT)  # 0.33: prefill checkpoints land on block boundaries
     specs, block, align_notes = _align_hybrid(specs, block, alignment)
     notes += align_notes
     distinct = {s for _, s in specs}
@@ -1082,16 +1095,31 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         assumptions.append(f"Mamba/linear-attention state: conv window kernel-1, conv state in {state.name} "
                            f"(--state-dtype), SSM/recurrent state in {ssm_state.name} (--mamba-ssm-cache-dtype)")
     hybrid_state = has_state and any(issubclass(k, (FullAttention, LatentAttention)) for k in kinds)
+    gdn_checkpoint = rules.gdn_flashinfer_checkpoint and gdn_prefill_on_flashinfer(spec, arch)
     plus_one = spec.family == "cohere2" and rules.cohere2_window_plus_one
     if plus_one and SlidingWindow in kinds:
         assumptions.append("Cohere2 sliding layers: window sliding_window + 1 (models/commandr.py CohereAttention)")
     stages = tuple(build_stage(_cohere2_windows(cs) if plus_one else cs, tp, kvd, rules, opts, (state, ssm_state), arch,
-                               hybrid_state, int(mbt), flashkda)
+                               hybrid_state, int(mbt), flashkda, gdn_checkpoint)
                    for cs in layout.stages(spec, pp))
     assumptions.append("the null block (block 0) is excluded from usable blocks")
     if dcp_note:
         assumptions.append(dcp_note)
     return Prepared(selected, stages, kvd, inflight, int(mbt), bool(async_on), tuple(assumptions), tp, pp)
+
+
+GDN_CHECKPOINT_ALIGNMENT = 64  # 0.33 v1/attention/backends/gdn_attn.py FLASHINFER_GDN_CHECKPOINT_ALIGNMENT
+
+
+def gdn_prefill_on_flashinfer(spec: ModelSpec, arch: str) -> bool:
+    """0.33 layers/mamba/gdn/qwen_gdn_linear_attn.py: the Gated DeltaNet prefill backend ("auto") is FlashInfer on
+    CUDA SM90, and on SM10x / SM12x when linear_key_head_dim is 128 and the CUDA runtime is 13 or newer (the PyPI
+    wheel's: it requires the cu13 builds); checkpoints are exported only when every state layer can (a Mamba layer
+    of another kind keeps them off)."""
+    states = [c for _, c in spec.caches if isinstance(c, RecurrentState)]
+    if not states or not all(isinstance(c, LinearAttentionState) for c in states):
+        return False
+    return arch == "hopper" or (arch in ("blackwell", "sm120") and all(c.key_head_dim == 128 for c in states))
 
 
 def _cohere2_windows(caches):
