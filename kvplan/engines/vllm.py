@@ -50,6 +50,9 @@ class Rules:
     # a request; platforms/interface.py _align_hybrid_block_size: the block a multiple of lcm(A, 64),
     # FLASHINFER_GDN_CHECKPOINT_ALIGNMENT). 0.32 has neither.
     gdn_flashinfer_checkpoint: bool = False
+    # 0.33 config/vllm.py _reject_mismatched_float_kv_cache: --kv-cache-dtype float16 / bfloat16 other than the model
+    # dtype stops the start-up ("is incompatible with dtype=...")
+    float_kv_matches_model: bool = False
     cross_reserves_batched_tokens: bool = False  # CrossAttentionSpec reserves max_num_encoder_input_tokens
     ssm_fp32_architectures: bool = False  # SSM_DTYPE_FROM_CONFIG: the SSM state dtype from the config (NemotronH, Qwen3.5)
     window_beyond_context_slides: bool = False  # a sliding_window >= the context is still a SlidingWindowSpec
@@ -136,7 +139,8 @@ VERSIONS: list[tuple[str, Rules]] = [
     # row was written from 0.33 logs first; 0.32's source already has all of it.
     ("0.32", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, **_SINCE_0_32)),
     # 0.33 (the 0.33.0 wheel's source read against 0.32.0's): 0.32's rules but for the Qwen GDN prefill checkpoint
-    ("0.33", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, **_SINCE_0_32, gdn_flashinfer_checkpoint=True)),
+    ("0.33", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, **_SINCE_0_32, gdn_flashinfer_checkpoint=True,
+                   float_kv_matches_model=True)),
 ]
 
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2")  # cache dtypes this engine can store
@@ -1000,6 +1004,8 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
                          "head, there is no KV-head replication; models/zamba2.py)")
     dcp_note = _check_dcp(spec, tp, int(opts.get("decode_context_parallel_size") or 1))
     base.check_tp_heads(spec, tp)
+    if rules.float_kv_matches_model:
+        _check_float_kv_dtype(spec, kvd, asked)
     gpu_name = gpu.name if gpu is not None else None
     assumptions = []
     if selected.note:
@@ -1106,6 +1112,19 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     if dcp_note:
         assumptions.append(dcp_note)
     return Prepared(selected, stages, kvd, inflight, int(mbt), bool(async_on), tuple(assumptions), tp, pp)
+
+
+def _check_float_kv_dtype(spec: ModelSpec, kvd: KVDtypes, version: str) -> None:
+    """0.33 _reject_mismatched_float_kv_cache: a float16 / bfloat16 cache dtype given explicitly must be the model's
+    (the dtype `--dtype auto` loads); vLLM refuses to start otherwise."""
+    model = default_kv_dtype(spec)
+    if kvd.source != "flag" or model.name not in ("fp16", "bf16"):
+        return
+    for d in {kvd.k, kvd.v}:
+        if d.name in ("fp16", "bf16") and d != model:
+            raise InputError(f"vLLM {version} refuses --kv-cache-dtype {'float16' if d.name == 'fp16' else 'bfloat16'} "
+                             f"for this {model.name} model (config/vllm.py _reject_mismatched_float_kv_cache: a float "
+                             f"cache dtype must be the model's); use --kv-dtype auto or {model.name}")
 
 
 GDN_CHECKPOINT_ALIGNMENT = 64  # 0.33 v1/attention/backends/gdn_attn.py FLASHINFER_GDN_CHECKPOINT_ALIGNMENT
