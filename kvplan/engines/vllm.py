@@ -143,7 +143,7 @@ VERSIONS: list[tuple[str, Rules]] = [
     # kv_cache_planning.py (a builder refactor; the default builder's one-block probe is _pool_bytes_per_block), the
     # managers, the defaults. DeepSeek-V4's per-layer ratios now come from transformers' DeepseekV4Config
     # (compress_rates[layer_types[i]]), which maps both bundled V4 configs' compress_ratios one to one (transformers
-    # 5.24). Not modelled: cuBLAS handles created before the memory snapshot (gpu_worker.py, no longer charged) and the
+    # 5.20.0, within 0.33's pin >=5.16.1,<5.21, and 5.24). Not modelled: cuBLAS handles created before the memory snapshot (gpu_worker.py, no longer charged) and the
     # V2 runner's second sampler warm-up in the profile run; both move the KV budget by amounts the source does not give.
     ("0.33", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, **_SINCE_0_32, gdn_flashinfer_checkpoint=True,
                    float_kv_matches_model=True)),
