@@ -49,6 +49,8 @@ def test_a_patch_release_of_a_rule_set_is_that_rule_set():
     ("minimax-m2.5", "1.1", ["1.0"]),
     ("qwen3.5-27b", "1.3.0rc8", ["1.3.0rc7", "1.2", "1.0"]),
     ("glm-5", "1.3.0rc8", ["1.3.0rc7", "1.2"]),
+    ("nemotron-3-nano", "1.1", ["1.0"]),  # NemotronH with MoE layers: PR #9261, opened 2025-11-18
+    ("nemotron-h-56b", "1.0", []),  # the same architecture without MoE layers ran before
 ])
 def test_a_model_is_sized_only_for_releases_that_load_it(model, sized_from, refused_for):
     for version in refused_for:

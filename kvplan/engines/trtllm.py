@@ -100,10 +100,10 @@ def select_version(requested: str | None) -> Selected[Rules]:
 # The first release that can run an architecture, where an older one certainly cannot: the model came out after that
 # release shipped or after its release candidates, or a later change added it (from a 1.3 pre-release on). Release
 # notes are not enough on their own: 1.1's say "Add GPT-OSS model support", yet NVIDIA's GPT-OSS quick-start recipe ran
-# it on the 1.0.0rc6 container. Not gated where unsure: Qwen3-Next /
-# Qwen3-VL on 1.1 (1.2's notes add them), Nemotron-3 (NemotronHForCausalLM with MoE layers, 1.2's "Nemotron Nano V3",
-# not told apart from Nemotron-H). An older rule set refuses a gated model rather than size it for a release that
-# cannot load it.
+# it on the 1.0.0rc6 container. Not gated where unsure: Qwen3-Next / Qwen3-VL and Nemotron-3 on 1.1 (1.2's notes add
+# the first two; Nemotron-3's PR was opened after 1.1's release candidates began). An older rule set refuses a gated
+# model rather than size it for a release that cannot load it. Nemotron-3 shares NemotronHForCausalLM with Nemotron-H
+# and is told apart by its MoE layers (release_gate).
 _AFTER_1_0 = "1.0 shipped on 2025-09-24 without it"
 _QWEN3_5 = ("1.3.0rc8", "Qwen3.5", "PR #12242 added it on 2026-03-16, after 1.2.0 and 1.3.0rc7 shipped")
 FIRST_RELEASE = {
@@ -120,18 +120,29 @@ FIRST_RELEASE = {
     **dict.fromkeys(("KimiLinearForCausalLM", "KimiK3ForConditionalGeneration"),
                     ("1.3.0rc23", "Kimi Linear / Kimi-K3", "PR #17269 added it in August 2026")),
 }
+# NemotronHForCausalLM with MoE layers (Nemotron-3 Nano / Super / Ultra): PR #9261 ("Add support for nano-v3 and
+# super-v3 with pytorch backend", opened 2025-11-18) brought its MoE blocks to the PyTorch backend
+NEMOTRON_3 = ("1.1", "Nemotron-3", f"PR #9261, opened on 2025-11-18, added them; {_AFTER_1_0}")
+
+
+def release_gate(spec: ModelSpec) -> tuple[tuple[str, str, str] | None, str]:
+    """FIRST_RELEASE's row for the model and what an older release lacks: by architecture, and Nemotron-3 apart from
+    the Nemotron-H it shares one with."""
+    if spec.architecture == "NemotronHForCausalLM" and spec.widths.experts_per_token:
+        return NEMOTRON_3, "NemotronHForCausalLM with MoE layers"
+    return FIRST_RELEASE.get(spec.architecture), spec.architecture
 
 
 def check_release_runs(spec: ModelSpec, selected: Selected[Rules]) -> None:
     """Refuse an architecture the selected release cannot load (FIRST_RELEASE), in one line."""
-    first = FIRST_RELEASE.get(spec.architecture)
+    first, missing = release_gate(spec)
     version = selected.requested or selected.version
     if first and release_key(version) < release_key(first[0]):
         on_v2 = release_key(first[0]) > release_key(LAST_V1_PRERELEASE)
         later = (f"{first[0]}, after {LAST_V1_PRERELEASE}: on KVCacheManagerV2, not modelled" if on_v2
                  else f"{first[0]}: --engine {ENGINE.name}@{first[0]}")
         raise layout.UnsupportedKind(f"{ENGINE.name}@{version} cannot size this {first[1]} model: TensorRT-LLM "
-                                     f"{version} has no {spec.architecture} ({first[2]}); it runs from {later}")
+                                     f"{version} has no {missing} ({first[2]}); it runs from {later}")
 
 
 heads_per_gpu = heads_ceil
