@@ -352,3 +352,39 @@ def test_vllm_032_cpu_live(tmp_path, name):
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+# ---------------------------------------------------------------------------------------------- a log from the wild
+def test_vllm_0_26_gemma_4_31b_on_b300_reserves_two_batches_in_flight(tmp_path):
+    """johnpfeiffer/source.johnpfeiffer.github.io (vLLM 0.26.0, google/gemma-4-31B-it, one B300, max_model_len 16,384,
+    8,192 batched tokens, async scheduling; tests/data/wild-logs.yaml): from the printed 'Available KV cache memory'
+    the printed tokens and concurrency. The sliding layers reserve window - 1 + 2 x 8,192 tokens, capped at 16,384
+    (0.26's max_in_flight_tokens), so they cost as much as the full layers; 0.25's one batch would give 22x."""
+    import math
+    from decimal import Decimal
+
+    import yaml
+
+    from test_engine_logs import interval, printed
+
+    case = next(c for c in yaml.safe_load((DATA / "wild-logs.yaml").read_text())
+                if c["id"] == "vllm-gemma-4-31b-it-1xb300-tp1-len16384-gmu0.92-v0.26.0")
+    log = case["log"]
+    assert "version 0.26.0" in log and "max_num_batched_tokens=8192" in log
+    config = json.loads((DATA / "aic-configs" / "nvidia--Gemma-4-31B-IT-NVFP4_config.json").read_text())
+    config.pop("quantization_config")  # the weights' NVFP4; the cache is the model's bf16 either way
+    model = write_config(tmp_path, "gemma-4-31b", config)
+    budget = Decimal(printed(log, r"Available KV cache memory: ([\d.]+) GiB"))
+    tokens = int(printed(log, r"GPU KV cache size: ([\d,]+) tokens"))
+    concurrency = float(printed(log, r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"))
+    lo, hi = interval(budget, 1 << 30)
+
+    def fit(engine: str, b: int) -> dict:
+        return kvjson("fit", "--model", model, "--gpu", "B300", "--engine", engine, "--ctx", "16384",
+                      "--max-model-len", "16384", "--kv-budget", f"{b}B")["results"][0]
+
+    ends = [fit("vllm@0.26.0", b) for b in (math.ceil(lo), math.ceil(hi) - 1)]
+    assert ends[0]["kv_capacity_tokens"] <= tokens <= ends[1]["kv_capacity_tokens"], (tokens, ends)
+    assert ends[0]["concurrency"] <= concurrency <= ends[1]["concurrency"]
+    # the log discriminates: with 0.25's one batch in flight the sliding layers would hold 1,023 + 8,192 tokens
+    assert fit("vllm@0.25", math.ceil(lo))["kv_capacity_tokens"] > tokens * 1.5

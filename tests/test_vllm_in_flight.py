@@ -1,4 +1,4 @@
-"""The tokens vLLM reserves in flight for a sliding-window layer, by version: from 0.32 one max_num_batched_tokens
+"""The tokens vLLM reserves in flight for a sliding-window layer, by version: from 0.26 one max_num_batched_tokens
 per concurrent batch (config/vllm.py max_concurrent_batches: pp + 1 with async scheduling, on by default at any pp
 since the V2 model runner is the CUDA default; pp without it); in 0.19 and
 0.23 one max_num_batched_tokens whatever the scheduling or pp (kv_cache_interface.py
@@ -38,11 +38,14 @@ def expected(in_flight: int) -> int:
     (("--engine", "vllm@0.23", "--async-scheduling"), 1),  # on by default there too; the reserve ignores it
     (("--engine", "vllm@0.23", "--pp", "2"), 1),
     (("--engine", "vllm@0.19", "--pp", "2"), 1),
+    (("--engine", "vllm@0.25"), 1),  # the 0.25.0 wheel: one max_num_batched_tokens
+    (("--engine", "vllm@0.26"), 2),  # the 0.26.0 wheel: max_in_flight_tokens, async on by default
+    (("--engine", "vllm@0.26", "--pp", "2"), 2),  # 0.26's V1 runner (the default for most models) at pp 2: pp
     (("--engine", "vllm@0.32"), 2),  # async scheduling on by default
     (("--engine", "vllm@0.32", "--no-async-scheduling"), 1),
     (("--engine", "vllm@0.32", "--pp", "2"), 3),  # the V2 runner keeps async on at pp 2: pp + 1 batches
     (("--engine", "vllm@0.32", "--pp", "2", "--no-async-scheduling"), 2),
     (("--engine", "vllm@0.33", "--pp", "4"), 5),
 ])
-def test_sliding_reserve_counts_batches_in_flight_only_from_0_32(args, batches):
+def test_sliding_reserve_counts_batches_in_flight_only_from_0_26(args, batches):
     assert sliding_blocks(*args) == expected(batches * MBT)

