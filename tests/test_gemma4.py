@@ -17,14 +17,18 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import subprocess
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
+import yaml
 
 from conftest import DATA, ROOT, kvjson, run_cli, vllm_cpu_fit, write_config
+from test_engine_logs import interval, printed
 from kvplan.architectures import normalize
 from kvplan.errors import ConfigError
 from kvplan.sizing import EngineOptions, ModelOptions, size
@@ -360,13 +364,6 @@ def test_vllm_0_26_gemma_4_31b_on_b300_reserves_two_batches_in_flight(tmp_path):
     8,192 batched tokens, async scheduling; tests/data/wild-logs.yaml): from the printed 'Available KV cache memory'
     the printed tokens and concurrency. The sliding layers reserve window - 1 + 2 x 8,192 tokens, capped at 16,384
     (0.26's max_in_flight_tokens), so they cost as much as the full layers; 0.25's one batch would give 22x."""
-    import math
-    from decimal import Decimal
-
-    import yaml
-
-    from test_engine_logs import interval, printed
-
     case = next(c for c in yaml.safe_load((DATA / "wild-logs.yaml").read_text())
                 if c["id"] == "vllm-gemma-4-31b-it-1xb300-tp1-len16384-gmu0.92-v0.26.0")
     log = case["log"]

@@ -1,6 +1,6 @@
 """The tokens vLLM reserves in flight for a sliding-window layer, by version: from 0.26 one max_num_batched_tokens
-per concurrent batch (config/vllm.py max_concurrent_batches: pp + 1 with async scheduling, on by default at any pp
-since the V2 model runner is the CUDA default; pp without it); in 0.19 and
+per concurrent batch (config/vllm.py max_concurrent_batches: pp + 1 with async scheduling, which stays on at pp > 1
+from 0.32, where the V2 model runner is every model's CUDA default; pp without it); in 0.19 and
 0.23 one max_num_batched_tokens whatever the scheduling or pp (kv_cache_interface.py
 max_admission_blocks_per_request). Blocks per request: cdiv(min(window - 1 + in flight, max_len), block) + 1."""
 

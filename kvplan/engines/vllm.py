@@ -1033,17 +1033,18 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
                                              selected.requested or selected.version)
         where = "size knows no GPU" if gpu is None else "vllm serve default for this GPU"
         assumptions.append(f"max_num_batched_tokens {mbt} ({where}; --max-num-batched-tokens changes it)")
+    # at pp > 1 only the V2 model runner schedules asynchronously (Rules.v2_runner_default)
+    overlaps = pp == 1 or rules.v2_runner_default
     async_on = opts.get("async_scheduling")
     if async_on is None:
-        # pipeline parallelism keeps async scheduling on only on the V2 model runner (Rules.v2_runner_default)
-        async_on = rules.async_scheduling and (pp == 1 or rules.v2_runner_default)
-    # config/vllm.py max_concurrent_batches: pp + 1 with async scheduling (on the V2 runner at pp > 1), else pp
-    v2 = pp == 1 or rules.v2_runner_default
-    batches = (pp + 1 if async_on and v2 else pp) if rules.in_flight_reserve else 1
+        async_on = rules.async_scheduling and overlaps
+    # config/vllm.py max_concurrent_batches: pp + 1 with async scheduling where it overlaps batches, else pp
+    extra = bool(async_on and overlaps)
+    batches = pp + extra if rules.in_flight_reserve else 1
     inflight = int(mbt) * batches
     in_flight_note = "max_num_batched_tokens" if batches == 1 else (
         f"{batches} x max_num_batched_tokens: " + ("async scheduling" if pp == 1
-                                                    else f"pp {pp}" + (" + 1, async scheduling" if async_on else "")))
+                                                    else f"pp {pp}" + (" + 1, async scheduling" if extra else "")))
     kinds = {type(c) for _, c in spec.caches}
     if kinds & {SlidingWindow, ChunkedLocal, WindowBeyondContext}:
         assumptions.append(
