@@ -30,7 +30,7 @@ class Key:
     """What must match for a measured non-KV figure to carry over to another run."""
 
     engine: str  # kvplan engine name (vllm)
-    rules: str  # the engine's rules row the version falls in (0.19 for 0.19.0 .. 0.21.x)
+    rules: str  # the engine's rules row the version falls in (0.19 for 0.19.x, 0.20.1 for 0.20.1 .. 0.21.x)
     gpu: str  # catalog GPU name
     model_shape: str  # fingerprint of kvplan's model spec (layers, widths, caches, parameters)
     weight_dtype: str

@@ -565,6 +565,9 @@ class ModelSpec:
     # the config's own state-dtype fields as written (e.g. ("mamba_ssm_dtype", "float32")): engines that honour one
     # for some architectures read it here
     config_state_dtypes: tuple[tuple[str, str], ...] = ()
+    # the config's Mamba-2 SSD chunk (mamba_chunk_size, else chunk_size; vLLM ModelConfig.get_mamba_chunk_size), 0
+    # when it names none: vLLM's prefix caching in mamba_cache_mode 'all' aligns blocks to it
+    mamba_chunk_size: int = 0
     # rotary cos/sin tables the engines' model code precomputes at load (architectures/rope.py); neither weights
     # nor KV, charged by the vLLM budget
     rope_tables: tuple[RopeTable, ...] = ()

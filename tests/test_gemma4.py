@@ -385,3 +385,46 @@ def test_vllm_0_26_gemma_4_31b_on_b300_reserves_two_batches_in_flight(tmp_path):
     assert ends[0]["concurrency"] <= concurrency <= ends[1]["concurrency"]
     # the log discriminates: with 0.25's one batch in flight the sliding layers would hold 1,023 + 8,192 tokens
     assert fit("vllm@0.25", math.ceil(lo))["kv_capacity_tokens"] > tokens * 1.5
+
+
+def e4b_shaped() -> dict:
+    """Gemma 4 E4B's text layout as four public ports transcribe it (no genuine config.json was found; the same
+    figures in each): 42 layers of 5 sliding (512) : 1 full, 8 heads / 2 KV heads of 256 (512 on the full layers),
+    the last 18 layers reusing KV, 256-wide per-layer inputs; the rest of the genuine 26B-A4B config with its MoE
+    block off."""
+    config = _load(ROOT / "model_configs" / "google--gemma-4-26B-A4B" / "config.json")
+    text = config["text_config"]
+    for key in ("num_experts", "top_k_experts", "moe_intermediate_size"):
+        text.pop(key)
+    text.update({"hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 42, "num_attention_heads": 8,
+                 "num_key_value_heads": 2, "num_global_key_value_heads": None, "num_kv_shared_layers": 18,
+                 "hidden_size_per_layer_input": 256, "sliding_window": 512, "attention_k_eq_v": False,
+                 "enable_moe_block": False, "max_position_embeddings": 131072,
+                 "layer_types": ["full_attention" if i % 6 == 5 else "sliding_attention" for i in range(42)]})
+    return config
+
+
+def test_vllm_0_22_gemma_4_e4b_kv_sharing_log(tmp_path):
+    """justuswilhelm/pufferfish (vLLM 0.22.1, google/gemma-4-E4B-it on an RTX 3090 Ti, max_model_len 32,768, bf16 KV;
+    tests/data/wild-logs.yaml): 4.1 GiB of KV hold 224,353 tokens, 6.85x. The log's figures lie between kvplan's at
+    the two ends of the printed budget's rounding; without the 18 KV-sharing layers they would be far fewer."""
+    case = next(c for c in yaml.safe_load((DATA / "wild-logs.yaml").read_text())
+                if c["id"] == "vllm-gemma-4-e4b-it-1xrtx3090ti-tp1-len32768-gmu0.9-v0.22.1")
+    log = case["log"]
+    assert "version 0.22.1" in log and "model   google/gemma-4-E4B-it" in log and "'kv_cache_dtype'" not in log
+    budget = Decimal(printed(log, r"Available KV cache memory: ([\d.]+) GiB"))
+    tokens = int(printed(log, r"GPU KV cache size: ([\d,]+) tokens"))
+    concurrency = float(printed(log, r"Maximum concurrency for [\d,]+ tokens per request: ([\d.]+)x"))
+    lo, hi = interval(budget, 1 << 30)
+
+    def fit(config: dict, b: int) -> dict:
+        return kvjson("fit", "--model", write_config(tmp_path, "gemma-4-e4b", config), "--gpu", "RTX3090",
+                      "--engine", "vllm@0.22.1", "--ctx", "32768", "--max-model-len", "32768",
+                      "--kv-budget", f"{b}B")["results"][0]
+
+    ends = [fit(e4b_shaped(), b) for b in (math.ceil(lo), math.ceil(hi) - 1)]
+    assert ends[0]["kv_capacity_tokens"] <= tokens <= ends[1]["kv_capacity_tokens"], (tokens, ends)
+    assert ends[0]["concurrency"] <= concurrency <= ends[1]["concurrency"]
+    unshared = e4b_shaped()
+    unshared["text_config"]["num_kv_shared_layers"] = 0
+    assert fit(unshared, math.ceil(hi) - 1)["kv_capacity_tokens"] < tokens * 0.8

@@ -235,9 +235,19 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
         widths=_widths(text),
         warnings=tuple(warnings),
         config_state_dtypes=tuple((k, str(text.raw[k])) for k in STATE_DTYPE_FIELDS if text.raw.get(k) is not None),
+        mamba_chunk_size=_mamba_chunk_size(text),
         rope_tables=rope.tables(family, model_type, top, text),
         encoder_shape=encdec.whisper_encoder(text) if family == "whisper" else None,
     )
+
+
+def _mamba_chunk_size(c: Cfg) -> int:
+    """mamba_chunk_size (Bamba, Falcon-H1, Granite), else chunk_size (Mamba-2, Nemotron-H, Zamba2): the order of
+    vLLM's ModelConfig.get_mamba_chunk_size (schema.py holds both to positive integers); 0 when neither is set."""
+    value = c.raw.get("mamba_chunk_size")
+    if value is None:
+        value = c.raw.get("chunk_size")
+    return int(value or 0)
 
 
 def _widths(c: Cfg) -> Widths:

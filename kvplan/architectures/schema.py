@@ -108,6 +108,8 @@ FIELDS: dict[str, Rule] = {
               "in_channels", "num_channels", "spatial_merge_size", "temporal_patch_size", "num_mel_bins",
               "num_position_embeddings", "relative_attention_num_buckets", "laurel_rank"),
     **_fields(Rule("int", 0, MAX_DIM), "qk_nope_head_dim"),
+    # the Mamba-2 SSD chunk (vLLM aligns 'all'-mode prefix-caching blocks to it)
+    **_fields(_DIM, "mamba_chunk_size", "chunk_size"),
     # MiniMax-M3, MiMo-V2-Flash: moe_layer_freq as one 0/1 per layer (DeepSeek's is an interval)
     **_fields(Rule("int", 0, MAX_LAYERS, per_layer=True), "moe_layer_freq"),
     # MiMo-V2-Flash: the sliding layers' own heads and window, attention sinks, the full/sliding pattern

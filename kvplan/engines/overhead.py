@@ -26,7 +26,7 @@ NCCL_BYTES = 256 * MiB
 # on one GPU. We use 0.14 GiB on one GPU and add NCCL_BYTES with tensor/pipeline parallelism.
 VLLM_NON_TORCH_BYTES = int(0.14 * GiB)
 
-# vLLM >= 0.21 charges CUDA-graph memory (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default). Public 0.2x
+# vLLM >= 0.20 charges CUDA-graph memory (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default: 0.20.0 envs.py). Public 0.2x
 # startup logs print "Estimated CUDA graph memory: 0.26 GiB total" (vllm PR #30515) and "0.36 GiB total"
 # (gpustack/runner PR #251); we charge the larger. A 0.21.0 log (RTX A5000, tests/data/wild-logs.yaml) implies
 # 0.52 GiB and a 0.19.1 A100 log estimated 2.35 GiB (not charged there): the figure varies with the capture sizes.

