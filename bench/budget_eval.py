@@ -124,6 +124,10 @@ def knob_flags(entry: dict, nda: dict, engine: str) -> list[str]:
             flags += ["--mamba-ssm-cache-dtype", str(mamba)]
         if nda.get("disable_hybrid_kv_cache_manager"):
             flags += ["--disable-hybrid-kv-cache-manager"]
+        runner = re.search(r"VLLM_USE_V2_MODEL_RUNNER=([01])\b",
+                           " ".join(str(entry.get(k) or "") for k in ("launch_command", "other_settings", "log")))
+        if runner:
+            flags += ["--use-v2-model-runner" if runner.group(1) == "1" else "--no-use-v2-model-runner"]
         dcp = first_int(nda.get("decode_context_parallel_size", entry.get("decode_context_parallel_size")))
         single_dcp = re.fullmatch(r"\s*\d+\s*", str(entry.get("decode_context_parallel_size", "")))
         if dcp and dcp > 1 and (single_dcp or "decode_context_parallel_size" in nda):

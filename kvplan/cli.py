@@ -149,8 +149,9 @@ def _knob(flags: str, help: str, short: tuple[str, ...] = ()):
 BlockSize = Annotated[Optional[str], _knob("--block-size", "vllm: tokens per KV block")]
 MaxBatchedTokens = Annotated[Optional[str], _knob("--max-num-batched-tokens", "vllm: chunked-prefill budget (sliding-window reservation)")]
 AsyncSched = Annotated[Optional[bool], _knob("--async-scheduling/--no-async-scheduling", "vllm: async scheduling (on by default; from 0.32 windows reserve 2 batches in flight)")]
+V2Runner = Annotated[Optional[bool], _knob("--use-v2-model-runner/--no-use-v2-model-runner", "vllm: VLLM_USE_V2_MODEL_RUNNER (default: the version's choice for the model; every model from 0.29)")]
 DisableHybrid = Annotated[Optional[bool], _knob("--disable-hybrid-kv-cache-manager", "vllm: size every layer for the full length")]
-PrefixCaching = Annotated[Optional[bool], _knob("--enable-prefix-caching/--no-enable-prefix-caching", "vllm: prefix caching (default on; for hybrids from vLLM 0.26; hybrids keep 2-3 state pages per request)")]
+PrefixCaching = Annotated[Optional[bool], _knob("--enable-prefix-caching/--no-enable-prefix-caching", "vllm: prefix caching (default on; for hybrids from vLLM 0.28; hybrids keep 2-3 state pages per request)")]
 MambaSsmDtype = Annotated[Optional[str], _knob("--mamba-ssm-cache-dtype", "vllm: SSM/recurrent state dtype: auto (the conv state's; NemotronH fp32, Qwen3.5 its config's), fp32, bf16, fp16")]
 DecodeCP = Annotated[Optional[str], _knob("--decode-context-parallel-size", "vllm: spread each request's KV tokens over this many TP ranks (DCP)")]
 PageSize = Annotated[Optional[str], _knob("--page-size", "sglang: tokens per page")]
@@ -212,14 +213,15 @@ def _engine_options(*, engine, kv_dtype, k_dtype, v_dtype, state_dtype, weight_d
 
 def _layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager,
                   enable_prefix_caching, mamba_ssm_cache_dtype, page_size, ubatch, kv_unified, swa_full, flash_attn,
-                  tokens_per_block, decode_context_parallel_size=None) -> dict[str, Any]:
+                  tokens_per_block, decode_context_parallel_size=None, use_v2_model_runner=None) -> dict[str, Any]:
     """The engine knobs that change the cache layout (size, fit and verify share them); None = engine default."""
     return _parse_knobs(block_size=block_size, max_num_batched_tokens=max_num_batched_tokens,
                         async_scheduling=async_scheduling, disable_hybrid_kv_cache_manager=disable_hybrid_kv_cache_manager,
                         enable_prefix_caching=enable_prefix_caching, mamba_ssm_cache_dtype=mamba_ssm_cache_dtype,
                         page_size=page_size, ubatch=ubatch, kv_unified=kv_unified, swa_full=swa_full,
                         flash_attn=flash_attn, tokens_per_block=tokens_per_block,
-                        decode_context_parallel_size=decode_context_parallel_size)
+                        decode_context_parallel_size=decode_context_parallel_size,
+                        use_v2_model_runner=use_v2_model_runner)
 
 
 def _print_json(data: Any) -> None:
@@ -238,6 +240,7 @@ def size(
     state_dtype: StateDtype = None, weight_dtype: WeightDtype = None, tp: Tp = "1", pp: Pp = "1",
     encoder_len: EncoderLen = None, mmproj: Mmproj = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None, async_scheduling: AsyncSched = None,
+    use_v2_model_runner: V2Runner = None,
     disable_hybrid_kv_cache_manager: DisableHybrid = None, enable_prefix_caching: PrefixCaching = None,
     mamba_ssm_cache_dtype: MambaSsmDtype = None, decode_context_parallel_size: DecodeCP = None,
     page_size: PageSize = None, ubatch: Ubatch = None,
@@ -250,7 +253,7 @@ def size(
 
     knobs = _layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager,
                           enable_prefix_caching, mamba_ssm_cache_dtype, page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block,
-                          decode_context_parallel_size)
+                          decode_context_parallel_size, use_v2_model_runner)
     mo = _options(model, revision=revision, offline=offline, refresh=refresh, hub=hub, token=token, timeout=timeout,
                   encoder_len=encoder_len, mmproj=mmproj)
     eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=k_dtype, v_dtype=v_dtype, state_dtype=state_dtype,
@@ -289,6 +292,7 @@ def fit(
     free_gpu_memory_fraction: FreeGpuMemFraction = None, max_tokens: MaxTokens = None,
     max_batch_size: MaxBatchSize = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None, async_scheduling: AsyncSched = None,
+    use_v2_model_runner: V2Runner = None,
     disable_hybrid_kv_cache_manager: DisableHybrid = None, enable_prefix_caching: PrefixCaching = None,
     mamba_ssm_cache_dtype: MambaSsmDtype = None, decode_context_parallel_size: DecodeCP = None,
     page_size: PageSize = None, ubatch: Ubatch = None,
@@ -310,7 +314,7 @@ def fit(
     knobs = dict(
         **_layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager,
                         enable_prefix_caching, mamba_ssm_cache_dtype, page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block,
-                          decode_context_parallel_size),
+                          decode_context_parallel_size, use_v2_model_runner),
         **_parse_knobs(gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                        max_model_len=max_model_len, mem_fraction_static=mem_fraction_static,
                        max_total_tokens=max_total_tokens, max_running_requests=max_running_requests,
@@ -391,7 +395,7 @@ def plan(
     gpu_memory_utilization: GpuMemUtil = None, max_num_seqs: MaxNumSeqs = None, max_model_len: MaxModelLen = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None,
     enable_prefix_caching: PrefixCaching = None, async_scheduling: AsyncSched = None,
-    parallel: PlanParallel = None, ctx_size: PlanCtxSize = None, kv_unified: KvUnified = None,
+    use_v2_model_runner: V2Runner = None, parallel: PlanParallel = None, ctx_size: PlanCtxSize = None, kv_unified: KvUnified = None,
     ubatch: Ubatch = None, swa_full: SwaFull = None, flash_attn: FlashAttn = None,
     json_out: Json = False, revision: Revision = None, offline: Offline = False, refresh: Refresh = False,
     hub: Hub = False, token: Token = None, timeout: Timeout = None,
@@ -403,7 +407,8 @@ def plan(
     knobs = _parse_knobs(gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                          max_model_len=max_model_len, block_size=block_size,
                          max_num_batched_tokens=max_num_batched_tokens, enable_prefix_caching=enable_prefix_caching,
-                         async_scheduling=async_scheduling, parallel=parallel, ctx_size=ctx_size,
+                         async_scheduling=async_scheduling, use_v2_model_runner=use_v2_model_runner,
+                         parallel=parallel, ctx_size=ctx_size,
                          kv_unified=kv_unified, ubatch=ubatch, swa_full=swa_full, flash_attn=flash_attn)
     prefix = parse_tokens(shared_prefix, "--shared-prefix") if shared_prefix else 0
     count = parse_count(requests, "--requests") if requests else None
@@ -669,6 +674,7 @@ def verify(
     state_dtype: StateDtype = None, weight_dtype: WeightDtype = None, tp: Tp = "1", pp: Pp = "1",
     encoder_len: EncoderLen = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None, async_scheduling: AsyncSched = None,
+    use_v2_model_runner: V2Runner = None,
     disable_hybrid_kv_cache_manager: DisableHybrid = None, enable_prefix_caching: PrefixCaching = None,
     mamba_ssm_cache_dtype: MambaSsmDtype = None, decode_context_parallel_size: DecodeCP = None,
     page_size: PageSize = None, ubatch: Ubatch = None,
@@ -683,7 +689,7 @@ def verify(
 
     knobs = _layout_knobs(block_size, max_num_batched_tokens, async_scheduling, disable_hybrid_kv_cache_manager,
                           enable_prefix_caching, mamba_ssm_cache_dtype, page_size, ubatch, kv_unified, swa_full, flash_attn, tokens_per_block,
-                          decode_context_parallel_size)
+                          decode_context_parallel_size, use_v2_model_runner)
     mo = _options(model, revision=revision, offline=offline, refresh=refresh, hub=hub, token=token, timeout=timeout,
                   encoder_len=encoder_len)
     eo = _engine_options(engine=engine, kv_dtype=kv_dtype, k_dtype=k_dtype, v_dtype=v_dtype, state_dtype=state_dtype,

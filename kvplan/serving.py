@@ -422,6 +422,10 @@ def replay_notes(pool: Pool) -> list[str]:
     if "state-align" in kinds:
         notes.append("state groups in mamba_cache_mode 'align' (prefix caching on a hybrid) hold their per-request "
                      "reservation; vLLM's per-block state checkpoints are not replayed")
+    if "state-all" in kinds:
+        notes.append("state groups in mamba_cache_mode 'all' (vLLM 0.15-0.27, prefix caching on a Mamba-family "
+                     "hybrid) take a block per block_size tokens as attention does and keep them; from vLLM's "
+                     "source, not checked against the engine")
     if kinds & {"chunked", "cross"}:
         notes.append("chunked-local / cross-attention groups hold vLLM's per-request reservation for their length "
                      "(chunked local attention's freeing is not replayed)")
@@ -436,7 +440,8 @@ def _replay_group(spec, inflight: int, windows_cache: bool) -> tuple[PoolGroup, 
     """One vLLM KV cache group as the replay sees it, and its kind for the output (Pool.kinds): full/latent
     attention grows a block per block_size tokens, a sliding window also frees the blocks behind it, anything else
     (state, chunked local, cross attention) holds its per-request reservation (MambaManager in mode 'none': one
-    block from admission to the end)."""
+    block from admission to the end; in mode 'all' a block per block_size tokens, kept, its prefix hits not
+    replayed)."""
     from kvplan.engines import vllm
 
     if type(spec) in (vllm.FullSpec, vllm.MLASpec):
@@ -446,7 +451,7 @@ def _replay_group(spec, inflight: int, windows_cache: bool) -> tuple[PoolGroup, 
     if type(spec) is vllm.SlidingSpec:
         kind = "sliding"
     elif type(spec) is vllm.MambaSpec:
-        kind = "state-align" if spec.state_blocks > 1 else "state"
+        kind = "state-all" if spec.per_block else "state-align" if spec.state_blocks > 1 else "state"
     else:
         kind = "chunked" if type(spec) is vllm.ChunkedSpec else "cross"
     return PoolGroup(spec.block_size, lambda n, sp=spec: sp.blocks(n, inflight), False), kind

@@ -1,7 +1,8 @@
 """How vLLM versions lay out a hybrid's state (Mamba-2, Gated DeltaNet) around prefix caching, as read in the
 released wheels (0.15.0, 0.17.0, 0.18.1, 0.19.0, 0.21.0, 0.24.0, 0.25.0, 0.26.0, 0.27.0, 0.28.0, 0.31.0, 0.32.0):
 
-- config/model.py is_prefix_caching_supported: False for hybrids up to 0.25.0, True from 0.26.0 (the default);
+- the prefix-caching default for hybrids: off up to 0.27.0 (config/model.py is_prefix_caching_supported False to
+  0.25.0; engine/arg_utils.py "supported and not is_hybrid" in 0.26.0 and 0.27.0), on from 0.28.0;
 - models/config.py MambaModelConfig: asked-for prefix caching puts the state in mamba_cache_mode 'align' (2 pages a
   request), but a model that SupportsMambaPrefixCaching in 'all' up to 0.27.0 (a state page per block, blocks a
   multiple of lcm(SSD chunk, kernel alignment): platforms/interface.py _align_hybrid_block_size);
@@ -47,10 +48,10 @@ def pages_per_group(d: dict, ctx: int, groups: int) -> float:
 
 
 @pytest.mark.parametrize("engine, flags, pages", [
-    ("vllm@0.18.1", (), 1), ("vllm@0.25", (), 1),  # prefix caching off for hybrids unless asked
-    ("vllm@0.18.1", ("--enable-prefix-caching",), 2), ("vllm@0.25", ("--enable-prefix-caching",), 2),
-    ("vllm@0.26", (), 2), ("vllm@0.32", (), 2),  # on by default from 0.26
-    ("vllm@0.26", ("--no-enable-prefix-caching",), 1),
+    ("vllm@0.18.1", (), 1), ("vllm@0.25", (), 1), ("vllm@0.27", (), 1),  # prefix caching off for hybrids unless asked
+    ("vllm@0.18.1", ("--enable-prefix-caching",), 2), ("vllm@0.27", ("--enable-prefix-caching",), 2),
+    ("vllm@0.28", (), 2), ("vllm@0.32", (), 2),  # on by default from 0.28
+    ("vllm@0.28", ("--no-enable-prefix-caching",), 1),
 ])
 def test_gated_deltanet_state_pages_follow_the_prefix_caching_default(engine, flags, pages):
     assert QWEN_GROUPS == 3
@@ -80,8 +81,8 @@ def jamba_state() -> int:
 
 
 @pytest.mark.parametrize("engine, flags", [
-    ("vllm@0.26", ()), ("vllm@0.27", ()),  # the default: prefix caching on, 'all' for Nemotron-H
     ("vllm@0.15", ("--enable-prefix-caching",)), ("vllm@0.25", ("--enable-prefix-caching",)),
+    ("vllm@0.27", ("--enable-prefix-caching",)),
 ])
 def test_mamba_cache_mode_all_keeps_a_state_page_per_block(engine, flags):
     """'all': blocks a multiple of lcm(the config's chunk_size, 16); every group, state or attention, holds
@@ -97,16 +98,17 @@ def test_mamba_cache_mode_all_keeps_a_state_page_per_block(engine, flags):
 def test_mamba1_in_all_mode_aligns_to_the_default_chunk():
     """Jamba names no chunk: get_mamba_chunk_size gives 2048, so its 'all' block is 2048 where 'none' needs 80."""
     per_token = 2 * JAMBA["num_key_value_heads"] * (JAMBA["hidden_size"] // JAMBA["num_attention_heads"]) * 2
-    d = kvjson("size", "jamba-v0.1", "--ctx", "8192", "--engine", "vllm@0.26")["engine_details"]
-    assert d["block_size"] == all_mode_block(jamba_state(), per_token, 2048) == 2048
-    off = kvjson("size", "jamba-v0.1", "--ctx", "8192", "--engine", "vllm@0.26", "--no-enable-prefix-caching")
+    d = kvjson("size", "jamba-v0.1", "--ctx", "8192", "--engine", "vllm@0.26", "--enable-prefix-caching")
+    assert d["engine_details"]["block_size"] == all_mode_block(jamba_state(), per_token, 2048) == 2048
+    off = kvjson("size", "jamba-v0.1", "--ctx", "8192", "--engine", "vllm@0.26")
     assert off["engine_details"]["block_size"] == 16 * math.ceil(jamba_state() / (16 * per_token)) == 80
 
 
 def test_a_block_size_given_in_all_mode():
     """From 0.20 the alignment is max(kernel block, --block-size), so the 'all' block is a multiple of the block
     given; 0.15-0.19 align to 16 only, leaving attention and state blocks of different sizes: refused in one line."""
-    d = kvjson("size", "nemotron-3-nano", "--ctx", "8192", "--engine", "vllm@0.26", "--block-size", "4096")
+    d = kvjson("size", "nemotron-3-nano", "--ctx", "8192", "--engine", "vllm@0.26", "--enable-prefix-caching",
+               "--block-size", "4096")
     assert d["engine_details"]["block_size"] == 4096
     r = run_cli("size", "nemotron-3-nano", "--ctx", "8192", "--engine", "vllm@0.19", "--enable-prefix-caching",
                 "--block-size", "4096")
@@ -114,7 +116,7 @@ def test_a_block_size_given_in_all_mode():
 
 
 @pytest.mark.parametrize("engine, flags, pages", [
-    ("vllm@0.25", (), 1), ("vllm@0.26", ("--no-enable-prefix-caching",), 1),
+    ("vllm@0.25", (), 1), ("vllm@0.27", (), 1), ("vllm@0.28", ("--no-enable-prefix-caching",), 1),
     ("vllm@0.28", (), 2), ("vllm@0.31", (), 2),  # 'align' without the Mamba-2 checkpoint
     ("vllm@0.32", (), 3),  # mamba_mixer2's prefill checkpoint page
 ])
@@ -202,3 +204,15 @@ def test_vllm_qwen3_next_logs_before_align_mode(case_id, args):
     config = json.loads((ROOT / "Qwen--Qwen3-Next-80B-A3B-Thinking" / "config.json").read_text())
     groups = config["full_attention_interval"] - 1  # 3 linear-attention layers for each full one
     assert ends[1]["engine_details"]["blocks_per_request"] == math.ceil(int(mml) / block) + groups
+
+
+def test_the_scheduler_replay_grows_all_mode_state_like_attention():
+    """`plan` replays the pool with the 'all'-mode state groups taking a block per block_size tokens (a 2,500-token
+    request: 2 blocks in each of the 5 groups) where mode 'none' holds one state block a group."""
+    args = ("plan", "nemotron-3-nano", "--gpu", "H100", "--prompt", "2000", "--output", "500")
+    on = kvjson(*args, "--engine", "vllm@0.26", "--enable-prefix-caching")
+    block = on["pool"]["block_size"]
+    assert block == 2176 and on["pool"]["kv_groups"] == NEMOTRON_GROUPS + 1
+    assert on["mean_request_blocks"] == (NEMOTRON_GROUPS + 1) * math.ceil(2500 / block)
+    off = kvjson(*args, "--engine", "vllm@0.26")
+    assert off["mean_request_blocks"] == math.ceil(2500 / off["pool"]["block_size"]) + NEMOTRON_GROUPS

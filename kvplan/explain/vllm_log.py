@@ -75,6 +75,9 @@ def read(text: str) -> LogFacts:
     f.set_from(text, r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)", "max_num_batched_tokens", int,
                "vLLM's chunked-prefill line")
     _settings(flags, "the command line", f)
+    runner = re.search(r"VLLM_USE_V2_MODEL_RUNNER=([01])\b", text)
+    if runner:
+        f.set("use_v2_model_runner", runner.group(1) == "1", "the environment on the command line")
     if re.search(r"--no-enable-prefix-caching", text):
         f.set("enable_prefix_caching", False, "the command line")
     if re.search(r"--enable[-_]prefix[-_]caching(?![\w=-])", text):
