@@ -306,6 +306,7 @@ def test_d8_size_from_the_hub_falls_back_to_the_config_and_says_why(fake_hub, tm
     ({"layer_types": [1, 2]}, "layer_types"),
     ({"intermediate_size": -1}, "intermediate_size"),
     ({"hidden_size": [1, 2]}, "hidden_size"),
+    ({"rope_scaling": {"rope_type": "linear", "factor": None}}, "rope_scaling.factor"),  # fuzz seed 3401010874
 ])
 def test_d10_wrong_types_are_one_line(tmp_path, change, needle):
     one_line_error(run_cli("size", mutated(tmp_path, LLAMA, lambda c: c.update(change)), "--ctx", "4k"), needle)

@@ -324,8 +324,13 @@ def vllm_max_ctx(c: Cfg) -> tuple[int | None, str]:
     rope = c.get("rope_scaling")
     if isinstance(rope, dict) and "gemma3" not in str(c.get("model_type", default="")):
         rope_type = rope.get("rope_type", rope.get("type"))
+        if rope_type in ("su", "longrope", "llama3"):
+            return value, source
+        if rope.get("factor", 1.0) is None:  # vLLM multiplies by it: a null factor stops its start-up
+            raise ConfigError(f"{c.where}.rope_scaling.factor is null for rope type {str(rope_type)[:40]!r}; "
+                              "give a number (vLLM scales max_model_len by it)")
         factor = float(rope.get("factor", 1.0))
-        if rope_type not in ("su", "longrope", "llama3") and (factor != 1.0 or rope_type == "yarn"):
+        if factor != 1.0 or rope_type == "yarn":
             if rope_type == "yarn" and rope.get("original_max_position_embeddings"):
                 value = int(rope["original_max_position_embeddings"])
             value = int(value * factor)
