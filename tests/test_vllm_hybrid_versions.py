@@ -154,28 +154,54 @@ def test_nemotron_h_ssm_dtype_when_the_config_is_silent(tmp_path, engine, ssm_by
 
 
 # ---------------------------------------------------------------------------------------------- a log from the wild
-def test_vllm_0_20_1_nemotron_h_log_without_prefix_caching():
-    """A Nemotron-Cascade-2-30B-A3B-NVFP4 start-up under a vLLM 0.20.1rc1 nightly (tests/data/wild-logs.yaml; the
-    Nemotron-3-Nano-30B-A3B layout, fp8 KV, --mamba-ssm-cache-dtype float32, max_model_len 256,000): prefix caching
-    not asked for, so off for this hybrid (one state page a group), block 4,176, one padding layer, and the printed
-    tokens = int(concurrency x max_model_len) of 0.20.1 (0.20.0 printed blocks // groups x block size)."""
-    cases = {c["id"]: c for c in yaml.safe_load((DATA / "wild-logs.yaml").read_text())}
-    case = cases["vllm-nemotron-cascade-2-30b-a3b-nvfp4-1xblackwell-wsl-len256000-fp8kv-gmu0.85"]
-    log, mml = case["log"], str(case["max_model_len"])
-    assert "version 0.20.1rc1" in log and "'enable_prefix_caching'" not in log and "Add 1 padding layers" in log
+@pytest.mark.parametrize("case_id, engine", [
+    # 0.19.1 (an H100): tokens = blocks // groups x block (4,819,104 = 1,154 x 4,176)
+    ("vllm-nemotron-cascade-2-30b-a3b-nvfp4-1xh100-tp1-len262144-fp8kv-gmu0.95-v0.19.1", "vllm@0.19.1"),
+    # 0.20.1rc1: tokens = int(concurrency x max_model_len) (0.20.0 printed blocks // groups x block size)
+    ("vllm-nemotron-cascade-2-30b-a3b-nvfp4-1xblackwell-wsl-len256000-fp8kv-gmu0.85", "vllm@0.20.1rc1"),
+])
+def test_vllm_nemotron_h_logs_without_prefix_caching(case_id, engine):
+    """Two Nemotron-Cascade-2-30B-A3B-NVFP4 start-ups (tests/data/wild-logs.yaml; the Nemotron-3-Nano-30B-A3B layout,
+    fp8 KV, --mamba-ssm-cache-dtype float32): prefix caching not asked for, so off for this hybrid (one state page a
+    group), block 4,176, one padding layer, and the printed tokens and concurrency at both ends of the printed budget."""
+    case = {c["id"]: c for c in yaml.safe_load((DATA / "wild-logs.yaml").read_text())}[case_id]
+    log = case["log"]
+    mml = printed(log, r"Using max model len (\d+)") if "Using max model len" in log else str(case["max_model_len"])
+    assert "'enable_prefix_caching'" not in log and "Add 1 padding layers" in log
     block = int(printed(log, r"Setting attention block size to (\d+) tokens"))
     tokens, concurrency = log_capacity(log)
-    common = ("--gpu", "32GB", "--kv-dtype", "fp8", "--mamba-ssm-cache-dtype", "float32", "--ctx", mml,
+    common = ("--gpu", "H100", "--kv-dtype", "fp8", "--mamba-ssm-cache-dtype", "float32", "--ctx", mml,
               "--max-model-len", mml)
-    ends = fit_ends("nemotron-3-nano", printed(log, r"Available KV cache memory: ([\d.]+) GiB"), *common,
-                    "--engine", "vllm@0.20.1rc1")
+    budget = printed(log, r"Available KV cache memory: ([\d.]+) GiB")
+    ends = fit_ends("nemotron-3-nano", budget, *common, "--engine", engine)
     assert_between(ends, tokens, concurrency)
     assert ends[1]["engine_details"]["block_size"] == block == nemotron_block(4, kv_bytes=1)
     assert ends[1]["engine_details"]["blocks_per_request"] == math.ceil(int(mml) / block) + NEMOTRON_GROUPS
-    # 0.20.0's count of the same pool: whole blocks over the groups, far from the printed figure
-    older = fit_ends("nemotron-3-nano", printed(log, r"Available KV cache memory: ([\d.]+) GiB"), *common,
-                     "--engine", "vllm@0.20.0")
-    assert older[1]["kv_capacity_tokens"] < tokens / 4
+    # the other version's count of the same pool misses the printed figure
+    other = fit_ends("nemotron-3-nano", budget, *common,
+                     "--engine", "vllm@0.20.1" if engine == "vllm@0.19.1" else "vllm@0.20.0")
+    assert not other[0]["kv_capacity_tokens"] <= tokens <= other[1]["kv_capacity_tokens"]
+
+
+def test_all_mode_against_a_report_of_a_0_20_1_dev0_run():
+    """The one account found of a Mamba-family hybrid with prefix caching on in vLLM 0.15-0.27: a written report of
+    nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4 on a B300 (code index read_file id 62629269619: vllm serve ...
+    --max-model-len 32768 --kv-cache-dtype fp8 --enable-prefix-caching on a 0.20.1.dev0 build, quoting the 'all'-mode
+    warning). It restates, not copies, the log: KV cache ~33.56 GiB, 2,344,320 tokens, 69.42x. A dev0 build of 0.20.1
+    still counts tokens as 0.20.0 did (blocks // groups x block: 2,344,320 = 555 x 4,224), so vllm@0.20.0's rules.
+    'all' mode gives block 4,224 (lcm(chunk 128, 16) over the fp8 state page) and 5 x 8 blocks a request: both
+    figures; mode 'none' would print 234x."""
+    budget = __import__("decimal").Decimal("33.56")
+    common = ("--gpu", "B300", "--kv-dtype", "fp8", "--ctx", "32768", "--max-model-len", "32768",
+              "--engine", "vllm@0.20.0")
+    ends = fit_ends("nemotron-3-nano", budget, *common, "--enable-prefix-caching")
+    assert_between(ends, 2_344_320, 69.42)
+    block = all_mode_block(nemotron_state(), 2 * NEMOTRON["num_key_value_heads"] * NEMOTRON["head_dim"],
+                           NEMOTRON["chunk_size"])
+    assert ends[1]["engine_details"]["block_size"] == block == 4224
+    assert ends[1]["engine_details"]["blocks_per_request"] == (NEMOTRON_GROUPS + 1) * math.ceil(32768 / block)
+    off = fit_ends("nemotron-3-nano", budget, *common)
+    assert off[0]["concurrency"] > 3 * 69.42
 
 
 @pytest.mark.parametrize("case_id, args", [
