@@ -195,3 +195,17 @@ def test_a_malformed_ssm_dtype_is_one_line(tmp_path, value, says):
     cfg["text_config"]["mamba_ssm_dtype"] = value
     r = run_cli("size", write_config(tmp_path, "d", cfg), "--ctx", "1024")
     assert r.code == 2 and says in r.err and "mamba_ssm_dtype" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+
+
+def test_vllm_0_27_1_qwen3_8_27b_without_prefix_caching(wild):
+    """A Qwen3_5ForConditionalGeneration start-up under vLLM 0.27.1 on a GB10 (tests/data/wild-logs.yaml; the
+    qwen3.5-27b layout, bf16 KV, --no-enable-prefix-caching, max_model_len 32,768): the SSM state in the config's
+    float32 (block 784, printed by the same command's first boot), one state page a group; 786,432 tokens, 24.00x."""
+    case = wild["vllm-qwen3.8-27b-bf16-1xgb10-tp1-len32768-no-prefix-caching-v0.27.1"]
+    log = case["log"]
+    assert "version 0.27.1" in log and "'enable_prefix_caching': False" in log
+    tokens, concurrency = log_capacity(log)
+    ends = fit_ends("qwen3.5-27b", printed(log, r"Available KV cache memory: ([\d.]+) GiB"), "--gpu", "128GB",
+                    "--engine", "vllm@0.27.1", "--no-enable-prefix-caching", "--ctx", "32768", "--max-model-len", "32768")
+    assert_between(ends, tokens, concurrency)
+    assert ends[1]["engine_details"]["block_size"] == int(printed(log, r"Setting attention block size to (\d+) tokens"))
