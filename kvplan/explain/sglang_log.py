@@ -241,5 +241,5 @@ def calibration(c, log_name: str, text_sha256: str):
     r = c.fit(kv_budget=1 << 40, ctx=None)
     s = r.setup
     return cal_mod.Calibration(cal_mod.key_for(s, c.gpu.gpu.name), (before - after,) * f.pp, 2 * half, 0, 0,
-                               s.engine.selected.requested or s.engine.selected.version, s.ref.id, log_name,
+                               s.engine.selected.asked, s.ref.id, log_name,
                                text_sha256, (before,) * f.pp)

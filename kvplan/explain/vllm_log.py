@@ -415,4 +415,4 @@ def calibration(c, log_name: str, text_sha256: str):
     s = r.setup
     batched, seqs = vllm.profile(s.prepared, planner.gpu_context(c.gpu), f.knobs)
     return cal_mod.Calibration(cal_mod.key_for(s, c.gpu.gpu.name), tuple(non_kv), (hi[0] - lo[0] + 1) // 2, batched, seqs,
-                               s.engine.selected.requested or s.engine.selected.version, s.ref.id, log_name, text_sha256)
+                               s.engine.selected.asked, s.ref.id, log_name, text_sha256)
