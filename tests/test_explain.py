@@ -44,7 +44,18 @@ MODEL_FOR = {
     # Kimi-K2 has DeepSeek-V3's KV shape (61 layers, latent 512 + rope 64, as the log's metadata prints)
     "ik-kimi-k2-instruct-mla3-q8-latent-128k": "deepseek-v3",
     "trtllm-1.3.0rc7-kimi-k2.5-nvfp4-8xb300-tp8-fp8kv": "deepseek-v3",
+    # hybrids loaded from local paths, with the bundled config of their architecture and geometry (each one's own test
+    # says why: test_vllm_hybrid_versions.py, test_qwen3_5.py, test_lfm2.py)
+    **dict.fromkeys(("vllm-nemotron-cascade-2-30b-a3b-nvfp4-1xh100-tp1-len262144-fp8kv-gmu0.95-v0.19.1",
+                     "vllm-nemotron-cascade-2-30b-a3b-nvfp4-1xblackwell-wsl-len256000-fp8kv-gmu0.85"), "nemotron-3-nano"),
+    **dict.fromkeys(("vllm-qwen3-next-80b-a3b-instruct-2xh200-tp2-len262144-default-gmu-v0.10.2",
+                     "vllm-qwen3-next-80b-a3b-wna16-2xl40s-tp2-len32768-fp8kv-gmu0.92-v0.13.0"), "qwen3-next-80b-a3b"),
+    "vllm-qwen3.5-35b-a3b-fp8-1xgb10-tp1-len262144-gmu0.8-prefix-align-v0.18.1rc1": "qwen3.5-35b-a3b",
+    "vllm-qwen3.8-27b-bf16-1xgb10-tp1-len32768-no-prefix-caching-v0.27.1": "qwen3.5-27b",
+    "vllm-lfm2.5-1.2b-instruct-1xsm90-tp1-len32768-fp8kv-gmu0.95-align-block16-v0.26.0": "lfm2-1.2b",
 }
+HYBRID_LOGS = [k for k, v in MODEL_FOR.items() if v in ("nemotron-3-nano", "qwen3-next-80b-a3b", "qwen3.5-35b-a3b",
+                                                        "qwen3.5-27b", "lfm2-1.2b")]
 CTX_FOR = {"ollama-gemma3-4b-128k-swa-rtx5080": "131072"}  # the excerpt prints no n_ctx; the entry's table row says 128K
 
 # exact figures kvplan computes differently from the log, each with its cause (checked in the closing note)
@@ -73,7 +84,6 @@ KNOWN_DIFFERS = {
 }
 # lines about the KV cache that no rule reads, by pattern, with the reason
 KNOWN_UNREAD = {
-    r"Add \d+ padding layers": "vLLM's hybrid padding warning (a bound on waste, not a size)",
     r"^▎|fixes it:": "a person's prose in the issue, not the engine's output",
     r"Overriding num_gpu_blocks=0 with num_gpu_blocks_override": "vLLM's CUDA-graph profiling sizes a dummy cache "
                                                                  "(not the pool)",
@@ -186,6 +196,30 @@ def test_wild_vllm_sweep_reproduces_tokens_blocks_and_concurrency(tmp_path, monk
         assert {"kv_tokens", "concurrency"} <= got, case_id
         done += 1
     assert done >= 20
+
+
+@pytest.mark.parametrize("case_id", HYBRID_LOGS)
+def test_hybrid_page_fitting_lines_reproduce(case_id, tmp_path, monkeypatch):
+    """What vLLM logs while fitting a hybrid's pages (the attention block raised to hold a state page, the state page's
+    padding in %, padding layer slots and their waste bound) comes out of kvplan's layout as vLLM prints it, beside
+    the capacity lines, in every hybrid log kvplan can load (vLLM 0.10.2 to 0.27.1; GDN, Mamba-2, short conv)."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    x = run(ENTRIES[case_id], tmp_path)
+    exact = {f.printed.what: f.verdict for f in x.findings if f.verdict in (REPRODUCED, DIFFERS)}
+    layout = {"hybrid_block_size", "mamba_padding_pct", "padding_layers", "padding_waste_pct"} & set(exact)
+    assert layout and {"kv_tokens", "concurrency"} <= set(exact), exact
+    assert set(exact.values()) == {REPRODUCED}, exact
+
+
+def test_a_doctored_padding_line_differs(tmp_path, monkeypatch):
+    """The layout figures can fail: one padding slot more than vLLM printed, or another percentage, is a difference."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    entry = ENTRIES["vllm-lfm2.5-1.2b-instruct-1xsm90-tp1-len32768-fp8kv-gmu0.95-align-block16-v0.26.0"]
+    log = entry["log"].replace("Add 2 padding layers, may waste at most 20.00%", "Add 3 padding layers, may waste at "
+                               "most 30.00%").replace("page size by 100.00%", "page size by 50.00%")
+    x = explain(log, Overrides(model="lfm2-1.2b", offline=True))
+    verdicts = {f.printed.what: f.verdict for f in x.findings}
+    assert verdicts["padding_layers"] == verdicts["padding_waste_pct"] == verdicts["mamba_padding_pct"] == DIFFERS
 
 
 def test_estimates_carry_a_signed_error(tmp_path, monkeypatch):

@@ -2,15 +2,19 @@
 
 Oracles, none written here: transformers' model code (tests/test_oracle_hf.py: parameters on meta and the cache of a
 real forward for scaled configs) and vLLM 0.32's CPU build (tests/oracle_vllm.py models lfm2 and lfm2-wide, nine
-cases). No genuine config.json is bundled (the Hub is unreachable here). What is left: the layer pattern from the
-two config forms, figures written from the engines' formulas, and one-line refusals.
+cases); and a vLLM 0.26.0 start-up log from the wild (below). The bundled lfm2-1.2b is LiquidAI/LFM2-1.2B's config.json
+from a GitHub mirror of the Hub repo (model_configs/SOURCES.md). What is left: the layer pattern from the two config
+forms, figures written from the engines' formulas, and one-line refusals.
 """
 
 from __future__ import annotations
 
 import pytest
+import yaml
 
-from conftest import kvjson, run_cli, write_config
+from conftest import DATA, kvjson, run_cli, write_config
+from test_engine_logs import printed
+from test_qwen3_5 import assert_between, fit_ends, log_capacity
 
 # LiquidAI/LFM2-1.2B's cache-relevant fields (16 layers, full_attn_idxs [2, 5, 8, 10, 12, 14], hidden 2048, 32 heads,
 # 8 KV heads, conv_L_cache 3) as a public test quotes its config.json; the MLP fields are transformers' defaults
@@ -109,3 +113,28 @@ def test_sglang_keeps_a_conv_window_and_no_temporal_state(tmp_path):
     d2 = kvjson("size", write_config(tmp_path, "m2", LFM2_1B2), "--ctx", "1000", "--engine", "sglang", "--batch", "2",
                 "--tp", "2")
     assert [g for g in d2["groups"] if g["kind"] == "conv_state"][0]["bytes"] == 2 * 10 * 1024 * 2 * 2
+
+
+def test_vllm_0_26_lfm2_5_log_with_prefix_caching():
+    """A vLLM 0.26.0 start-up of LFM2.5-1.2B-Instruct (tests/data/wild-logs.yaml; fp8 KV, --block-size 16,
+    prefix caching with --mamba-cache-mode align, max_model_len 32,768; loaded from a local path): its 2.18 GiB bf16
+    checkpoint is LFM2-1.2B's parameter count, and the bundled lfm2-1.2b layout gives what it printed. A conv state of
+    2 x 2,048 x 2 B = 8,192 B padded to the 16-token fp8 attention page (16 x 8 x 64 x 2 = 16,384 B: "100.00%");
+    10 short-conv layers in groups of the 6 attention layers (2 padding slots, "20.00%"); each request 2,048 attention
+    blocks + 2 state pages in each of the 2 conv groups; 2,324,244 tokens and 70.93x at both ends of the printed
+    13.33 GiB. With one state page per group (prefix caching off) the concurrency would be above what was printed."""
+    case = {c["id"]: c for c in yaml.safe_load((DATA / "wild-logs.yaml").read_text())}[
+        "vllm-lfm2.5-1.2b-instruct-1xsm90-tp1-len32768-fp8kv-gmu0.95-align-block16-v0.26.0"]
+    log = case["log"]
+    assert "Checkpoint size: 2.18 GiB" in log and "Resolved architecture: Lfm2ForCausalLM" in log
+    params = kvjson("size", "lfm2-1.2b", "--ctx", "16")["params"]
+    assert f"{params * 2 / 2**30:.2f}" == "2.18"
+    tokens, concurrency = log_capacity(log)
+    budget = printed(log, r"Available KV cache memory: ([\d.]+) GiB")
+    common = ("--gpu", "H100", "--engine", "vllm@0.26.0", "--kv-dtype", "fp8", "--block-size", "16", "--ctx", "32768",
+              "--max-model-len", "32768", "--max-num-batched-tokens", "1024", "--max-num-seqs", "256")
+    ends = fit_ends("lfm2-1.2b", budget, *common, "--enable-prefix-caching")
+    assert_between(ends, tokens, concurrency)
+    assert ends[1]["engine_details"]["blocks_per_request"] == 32768 // 16 + 2 * 2
+    off = fit_ends("lfm2-1.2b", budget, *common, "--no-enable-prefix-caching")
+    assert off[0]["concurrency"] > concurrency

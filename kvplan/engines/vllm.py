@@ -610,6 +610,20 @@ class StageLayout:
     group_page_sums: tuple[int, ...] = ()
     concurrency_divisor: int = 0
     check_bytes_per_block: int = 0
+    # what vLLM logs about fitting a hybrid's pages: (Mamba page, the attention page it is padded to) when they
+    # differ ("Padding mamba page size by %.2f%%", platforms/interface.py _align_hybrid_block_size), and per layer
+    # type with a short last group (padding slots, layers of that type) ("Add %d padding layers, may waste at most
+    # %.2f%%", kv_cache_utils.py get_kv_cache_groups)
+    mamba_page_padding: tuple[int, int] | tuple[()] = ()
+    padding_layers: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def mamba_padding_pct(self) -> float | None:
+        """vLLM's printed padding: 100 x (attention page - Mamba page) / Mamba page."""
+        if not self.mamba_page_padding:
+            return None
+        page, padded = self.mamba_page_padding
+        return 100 * (padded - page) / page
 
     def blocks_per_request(self, max_len: int, inflight: int) -> int:
         if self.uniform_type:
@@ -715,14 +729,14 @@ def _packed_stage(specs: list[tuple[int, VSpec]], caches, notes: list[str], unif
 
 
 def _align_hybrid(specs: list[tuple[int, VSpec]], block: int, alignment: int,
-                  chunk: int = 0) -> tuple[list[tuple[int, VSpec]], int, list[str]]:
+                  chunk: int = 0) -> tuple[list[tuple[int, VSpec]], int, list[str], tuple[int, int] | tuple[()]]:
     """Attention + Mamba: raise the attention block so one page holds a Mamba state, pad Mamba pages to it. In
     mamba_cache_mode "all" (chunk: the model's SSD chunk) the block is a multiple of lcm(chunk, alignment)
     (_align_hybrid_block_size's "all" branch)."""
     attn = [s for _, s in specs if not s.is_state]
     state = [s for _, s in specs if s.is_state]
     if not attn or not state:
-        return specs, block, []
+        return specs, block, [], ()
     per_token = max(s.token_bytes for s in attn)
     mamba_page = max(s.state_bytes for s in state)
     if chunk:
@@ -745,7 +759,7 @@ def _align_hybrid(specs: list[tuple[int, VSpec]], block: int, alignment: int,
             out.append((i, replace(s, block_size=new_block, page_override=padded)))
         else:
             out.append((i, replace(s, block_size=new_block)))
-    return out, new_block, notes
+    return out, new_block, notes, ((mamba_page, padded) if padded != mamba_page else ())
 
 
 def _unify_pages(specs: list[tuple[int, VSpec]]) -> list[tuple[int, VSpec]]:
@@ -825,8 +839,13 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
         alignment = max(alignment, block)  # _align_hybrid_block_size: max(kernel block, cache_config.block_size)
     if env.gdn_checkpoint:
         alignment = lcm(alignment, GDN_CHECKPOINT_ALIGNMENT)  # 0.33: prefill checkpoints land on block boundaries
-    specs, block, align_notes = _align_hybrid(specs, block, alignment, mamba_chunk if env.state_all else 0)
+    specs, block, align_notes, mamba_padding = _align_hybrid(specs, block, alignment, mamba_chunk if env.state_all else 0)
     notes += align_notes
+    return replace(_unified_stage(specs, caches, notes), mamba_page_padding=mamba_padding)
+
+
+def _unified_stage(specs: list[tuple[int, VSpec]], caches, notes: list[str]) -> StageLayout:
+    """The stage's groups once the pages are aligned: one group, one uniform-type group, or groups of equal size."""
     distinct = {s for _, s in specs}
     kinds = {(type(s), s.block_size) for s in distinct}
     if len(distinct) == 1:
@@ -851,18 +870,19 @@ def build_stage(caches, tp: int, kvd: KVDtypes, rules: Rules, opts: dict[str, An
     # get_kv_cache_groups: layers of each type go into groups of group_size; the larger type's count is used
     # when the counts are within 1.5x of each other, else the smaller (kv_cache_utils.py)
     group_size = max(sizes) if max(sizes) < 1.5 * min(sizes) else min(sizes)
-    groups = []
+    groups, paddings = [], []
     for s, layers in buckets.items():
         k = cdiv(len(layers), group_size)
         padding = k * group_size - len(layers)
         if padding:  # vLLM: "Add %d padding layers, may waste at most %.2f%% KV cache memory"
+            paddings.append((padding, len(layers)))
             notes.append(f"{padding} padding layer slot(s) in the hybrid KV groups (may waste at most "
                          f"{100 * padding / len(layers):.2f}% of that layer type's KV memory)")
         for j in range(k):
             groups.append(VGroup(s, tuple(layers[j::k]), group_size))
     page = specs[0][1].page
     return StageLayout(tuple(groups), group_size * page, False, (), max(s.block_size for _, s in specs), tuple(caches),
-                       tuple(specs), tuple(notes))
+                       tuple(specs), tuple(notes), padding_layers=tuple(paddings))
 
 
 # ---------------------------------------------------------------------------------------------- layout

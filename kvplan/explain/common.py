@@ -82,6 +82,10 @@ FIGURES = {
     "blocks_per_request": "KV pages per sequence",
     "free_before_load": "free memory before the weights load",
     "free_after_load": "free memory after the weights load",
+    "hybrid_block_size": "attention block size (hybrid)",
+    "mamba_padding_pct": "Mamba page padding (%)",
+    "padding_layers": "padding layer slots",
+    "padding_waste_pct": "padding waste bound (%)",
 }
 
 

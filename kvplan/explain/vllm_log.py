@@ -44,6 +44,11 @@ _TABLE = {  # what -> [(pattern, unit, group, at_group)]
     "suggested_max_len": [(r"estimated maximum model length is (\d+)", 1, 1, None)],
     "mamba_blocks": [(r"exceeds available Mamba cache blocks \((\d+)\)", 1, 1, None)],
     "block_size": [(r"Setting kv cache block size to (\d+)", 1, 1, None)],
+    # a hybrid's page fitting (platforms/interface.py _align_hybrid_block_size, kv_cache_utils.py get_kv_cache_groups)
+    "hybrid_block_size": [(r"Setting attention block size to (\d+) tokens", 1, 1, None)],
+    "mamba_padding_pct": [(r"Padding mamba page size by ([\d.]+)%", 1, 1, None)],
+    "padding_layers": [(r"Add (\d+) padding layers", 1, 1, None)],
+    "padding_waste_pct": [(r"Add \d+ padding layers, may waste at most ([\d.]+)%", 1, 1, None)],
 }
 
 _KNOBS = {  # vLLM argument -> (kvplan knob, how to read it)
@@ -142,6 +147,9 @@ def _settings(values: dict, where: str, f: LogFacts) -> None:
     dtype = str(values.get("dtype") or "").lower()
     if quant == "fp8":
         f.set("weight_dtype", "fp8", where + " (quantization fp8: online fp8 weights)")
+    elif quant.startswith("online_"):  # weights quantized at load time from an unquantized checkpoint
+        f.notes.append(f"quantization {quant} in {where}: the weights are quantized as they load, which kvplan does "
+                       "not model; its weight figure is the checkpoint's")
     elif quant in ("", "none") and re.match(r"(torch\.)?(float32|float16|half)\b", dtype):
         d = "fp32" if "32" in dtype else "fp16"
         f.set("weight_dtype", d, where)
@@ -227,7 +235,15 @@ def _runs(c) -> tuple["_Exact", "_Estimates"]:
     return c.work["exact"], c.work["estimates"]
 
 
-_EXACT = ("kv_tokens", "num_blocks", "concurrency", "kv_needed", "suggested_max_len", "mamba_blocks", "block_size")
+_EXACT = ("kv_tokens", "num_blocks", "concurrency", "kv_needed", "suggested_max_len", "mamba_blocks", "block_size",
+          "hybrid_block_size", "mamba_padding_pct", "padding_layers", "padding_waste_pct")
+# figures of the layout alone (no budget needed): what -> (kvplan's values from a stage, how vLLM prints them)
+_LAYOUT = {
+    "hybrid_block_size": (lambda st: [st.block_size], "{:d}"),
+    "mamba_padding_pct": (lambda st: [st.mamba_padding_pct] if st.mamba_page_padding else [], "{:.2f}"),
+    "padding_layers": (lambda st: [n for n, _ in st.padding_layers], "{:d}"),
+    "padding_waste_pct": (lambda st: [100 * n / of for n, of in st.padding_layers], "{:.2f}"),
+}
 
 
 def _stage(worker: str | None, tp: int) -> int | None:
@@ -283,6 +299,8 @@ class _Exact:
         from kvplan.explain.reproduce import gib, rel_error, within
 
         length = p.at or self.mml
+        if p.what in _LAYOUT:
+            return self._layout_finding(p, length)
         if p.what == "kv_needed":
             r = self.run(0, length) if self.budgets else self.c.fit(kv_budget=1 << 40, ctx=length, max_model_len=length)
             prepared = r.setup.prepared
@@ -314,6 +332,26 @@ class _Exact:
         if within(printed, a, b):
             return Finding(p, REPRODUCED, shown, how)
         return Finding(p, DIFFERS, shown, how, rel_error((a + b) / 2, printed))
+
+    def _layout_finding(self, p, length: int | None):
+        """A figure of the page layout: equal as vLLM prints it, in the stage of the worker that printed it (or any)."""
+        from kvplan.explain.common import DIFFERS, NOT_REPRODUCED, REPRODUCED, Finding
+
+        r = self.run(0, length) if self.budgets else self.c.fit(kv_budget=1 << 40, ctx=length, max_model_len=length)
+        stages = r.setup.prepared.stages
+        stage = _stage(p.worker, self.c.facts.tp)
+        values, fmt = _LAYOUT[p.what]
+        shown = [fmt.format(v) for st in (stages[stage:stage + 1] if stage is not None else stages) for v in values(st)]
+        printed = fmt.format(int(p.value) if fmt == "{:d}" else float(p.value))
+        how = {"hybrid_block_size": "the attention block raised so one page holds a Mamba state",
+               "mamba_padding_pct": "100 x (attention page - Mamba page) / Mamba page",
+               "padding_layers": "slots left empty in the last KV group of a layer type",
+               "padding_waste_pct": "empty slots / that type's layers"}[p.what]
+        if not shown:
+            return Finding(p, NOT_REPRODUCED, "", "kvplan's vLLM layout pads nothing here")
+        if printed in shown:
+            return Finding(p, REPRODUCED, printed, how)
+        return Finding(p, DIFFERS, ", ".join(dict.fromkeys(shown)), how)
 
     def _lo_total(self) -> int:
         lo = self.budgets[0]
