@@ -39,7 +39,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from kvplan import JSON_SCHEMA, dtypes, engines
 from kvplan.errors import CheckFailed, InputError, KvplanError
-from kvplan.units import fmt_bytes, fmt_int, parse_bytes, parse_count, parse_fraction, parse_headroom, parse_tokens
+from kvplan.units import fmt_bytes, fmt_int, parse_bytes, parse_count, parse_fraction, parse_headroom, parse_ratio, parse_tokens
 
 MAX_FILE_BYTES = 16 << 20  # a check file is kilobytes; 24 MB of YAML comments took 10 s to read
 
@@ -95,6 +95,7 @@ _EXPECTED = {
     "tokens": "a token count such as 8192, 8k or 1M",
     "count": "a positive integer",
     "fraction": "a fraction such as 0.9 or 90%",
+    "ratio": "a positive ratio such as 0.9 or 1.5",
     "headroom": "a fraction such as 0.1 or 10%",
     "size": "a size such as 24GB or 512MiB",
     "reserve": "a size such as 1.5GiB, or 0",
@@ -467,6 +468,8 @@ def convert(node: Node, key: str, kind: str) -> Any:
     value = _number_text(node, key, kind)
     if kind == "fraction":
         return _user_error(lambda: parse_fraction(value, key))
+    if kind == "ratio":
+        return _user_error(lambda: parse_ratio(value, key))
     if kind == "headroom":
         if isinstance(value, (int, float)) and not 0 <= value < 1:
             raise _Bad(f"{key}: {text} is outside [0, 1); use e.g. 0.1 or 10% (the share of the KV budget held back)")

@@ -136,7 +136,8 @@ NoCalibration = Annotated[bool, typer.Option("--no-calibration", help="ignore sa
 _KNOBS_PANEL = "Engine knobs (each applies to the engine named first in its help)"
 
 
-_KIND_METAVAR = {"count": "N", "tokens": "TOKENS", "fraction": "FRACTION", "bool": None, "dtype": "DTYPE"}
+_KIND_METAVAR = {"count": "N", "tokens": "TOKENS", "fraction": "FRACTION", "ratio": "RATIO", "bool": None,
+                 "dtype": "DTYPE"}
 
 
 def _knob(flags: str, help: str, short: tuple[str, ...] = ()):
@@ -173,6 +174,8 @@ MemFractionStatic = Annotated[Optional[str], _knob("--mem-fraction-static", "sgl
 MaxTotalTokens = Annotated[Optional[str], _knob("--max-total-tokens", "sglang: token pool cap")]
 MaxRunningRequests = Annotated[Optional[str], _knob("--max-running-requests", "sglang: running-request limit")]
 ContextLength = Annotated[Optional[str], _knob("--context-length", "sglang: the engine's context length (default: the model max)")]
+MambaFullMemRatio = Annotated[Optional[str], _knob("--mamba-full-memory-ratio", "sglang, hybrids: Mamba state pool / token pool memory (0.9)")]
+MaxMambaCacheSize = Annotated[Optional[str], _knob("--max-mamba-cache-size", "sglang, hybrids: Mamba state slots (default: from the memory ratio)")]
 FreeGpuMemFraction = Annotated[Optional[str], _knob("--free-gpu-memory-fraction", "trtllm: fraction of free memory for KV (0.9)")]
 MaxTokens = Annotated[Optional[str], _knob("--max-tokens", "trtllm: KvCacheConfig.max_tokens")]
 MaxBatchSize = Annotated[Optional[str], _knob("--max-batch-size", "trtllm: running-request limit")]
@@ -289,6 +292,7 @@ def fit(
     gpu_memory_utilization: GpuMemUtil = None, max_num_seqs: MaxNumSeqs = None, max_model_len: MaxModelLen = None,
     mem_fraction_static: MemFractionStatic = None, max_total_tokens: MaxTotalTokens = None,
     max_running_requests: MaxRunningRequests = None, context_length: ContextLength = None,
+    mamba_full_memory_ratio: MambaFullMemRatio = None, max_mamba_cache_size: MaxMambaCacheSize = None,
     free_gpu_memory_fraction: FreeGpuMemFraction = None, max_tokens: MaxTokens = None,
     max_batch_size: MaxBatchSize = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None, async_scheduling: AsyncSched = None,
@@ -319,7 +323,8 @@ def fit(
                        max_model_len=max_model_len, mem_fraction_static=mem_fraction_static,
                        max_total_tokens=max_total_tokens, max_running_requests=max_running_requests,
                        context_length=context_length, free_gpu_memory_fraction=free_gpu_memory_fraction,
-                       max_tokens=max_tokens, max_batch_size=max_batch_size, parallel=parallel, ctx_size=ctx_size),
+                       max_tokens=max_tokens, max_batch_size=max_batch_size, parallel=parallel, ctx_size=ctx_size,
+                       mamba_full_memory_ratio=mamba_full_memory_ratio, max_mamba_cache_size=max_mamba_cache_size),
     )
     if encoder_len and not model:
         raise InputError("--encoder-len sizes one model's cross attention; give the model (MODEL or --model), the "

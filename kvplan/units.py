@@ -105,6 +105,19 @@ def parse_fraction(text: str | float, what: str = "fraction") -> float:
     return value
 
 
+def parse_ratio(text: str | float, what: str = "ratio") -> float:
+    """'0.9' or '1.5' -> a positive ratio of two amounts (no upper bound below 1000)."""
+    if isinstance(text, bool):
+        raise InputError(f"{what}: expected a positive ratio like 0.9 or 1.5, got {text!r}")
+    try:
+        value = float(text) if isinstance(text, (int, float)) else float(str(text).strip()[:40])
+    except ValueError:
+        raise InputError(f"{what}: {shown(text)} is not a ratio; use e.g. 0.9 or 1.5") from None
+    if not (0 < value < 1000):  # NaN and inf fail this too
+        raise InputError(f"{what}: {shown(text)} is outside (0, 1000); use e.g. 0.9 or 1.5")
+    return value
+
+
 def parse_headroom(text: str | float, what: str = "headroom") -> float:
     """Like a fraction but 0 is allowed and 1 is not: the share of a budget held back."""
     if isinstance(text, (int, float)) and not isinstance(text, bool) and float(text) == 0:

@@ -11,14 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-KNOB_KINDS = ("count", "tokens", "fraction", "bool", "dtype")
+KNOB_KINDS = ("count", "tokens", "fraction", "ratio", "bool", "dtype")
 
 
 @dataclass(frozen=True)
 class Knob:
     """An engine flag that changes the layout or budget: CLI --name, YAML name with '_'.
 
-    kind: how a value is written (count: a positive integer; tokens: 8192, 8k; fraction: 0.9 or 90%; bool;
+    kind: how a value is written (count: a positive integer; tokens: 8192, 8k; fraction: 0.9 or 90%; ratio: a
+    positive number such as 0.9 or 1.5; bool;
     dtype: auto or a dtype name).
     layout: True when it changes the cache layout (size, verify and fit take it), False for budget-only knobs
     (fit and check only)."""
@@ -37,7 +38,7 @@ class Knob:
 
     def parse(self, value: Any) -> Any:
         """A value as written on the command line (or already typed) -> the engine's option; one line if wrong."""
-        from kvplan.units import parse_count, parse_fraction, parse_tokens
+        from kvplan.units import parse_count, parse_fraction, parse_ratio, parse_tokens
 
         if value is None or self.kind == "bool":
             return value
@@ -46,7 +47,7 @@ class Knob:
 
             text = str(value).strip()
             return "auto" if text.lower() == "auto" else kv_dtype(text).name
-        parser = {"count": parse_count, "tokens": parse_tokens, "fraction": parse_fraction}[self.kind]
+        parser = {"count": parse_count, "tokens": parse_tokens, "fraction": parse_fraction, "ratio": parse_ratio}[self.kind]
         return parser(value, self.flag)
 
 
@@ -84,6 +85,10 @@ LISTINGS: dict[str, Listing] = {row.name: row for row in (
         Knob("max_total_tokens", "tokens", "cap on the token pool", layout=False),
         Knob("max_running_requests", "count", "running-request limit", layout=False),
         Knob("context_length", "tokens", "the engine's context length (default: the model max)", layout=False),
+        Knob("mamba_full_memory_ratio", "ratio", "hybrids: Mamba state pool / token pool memory (default 0.9)",
+             layout=False),
+        Knob("max_mamba_cache_size", "count", "hybrids: Mamba state slots (default: from the memory ratio)",
+             layout=False),
     )),
     Listing("llamacpp", "kvplan.engines.llamacpp", ("llama.cpp", "llama-cpp", "llama_cpp"), "llama.cpp KV cells",
             knob_table(

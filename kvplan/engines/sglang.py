@@ -3,8 +3,9 @@
 
 Only the architectures configs/model_config.py is_hybrid_swa_model lists get a separate sliding-window pool
 (0.5.10: Llama-4, GPT-OSS, MiMo-V2-Flash, Step-3.5; 0.5.23 adds Gemma 4 and Step-3.7); Gemma-2/3 sliding layers
-get full-length cache. Mamba hybrids keep one state slot per running request (conv window kernel-1 in the model
-dtype, SSM state in fp32: --mamba-ssm-dtype default).
+get full-length cache. A Mamba hybrid's state pool (MambaPool: max_mamba_cache_size slots of a request's conv window
+kernel-1 in bf16 and SSM state in fp32) takes r / (1 + r) of the budget before the token pool is sized, and a
+running request takes 1, 3 or 5 of its slots (Rules.mamba_pool; tests/oracle_sglang_mamba.py runs SGLang's own code).
 """
 
 from __future__ import annotations
@@ -47,10 +48,43 @@ class Rules:
     # _resolve_hybrid_swa_tokens): tokens = rest // (F + S), then full = tokens x (F + S) / (F + r S). 0.5.23
     # (model_executor/pool_configurator.py HybridSWAPoolConfigurator): full = rest // (F + r S) directly, r a float.
     swa_ratio_cell: bool = False
+    # How a hybrid's Mamba / linear-attention state pool (MambaPool of max_mamba_cache_size slots) takes its share of
+    # the KV budget, read in each wheel: "k" (0.5.10-0.5.16 model_runner_kv_cache_mixin.py / kv_cache_configurator.py
+    # handle_max_mamba_cache): K = int(rest x r / (1 + r) // per_req), the pool K x per_req, per_req of every state
+    # layer; "k+1" (0.5.17-0.5.23 mem_cache/kv_cache_configurator.py _handle_max_mamba_cache): K = int((rest x r /
+    # (1 + r) - per_req) // per_req), (K + 1) x per_req with the pool's padding slot, per_req of the largest pipeline
+    # stage (pp_layer_scale). r = --mamba-full-memory-ratio (0.9). The token pool gets the rest. "" = not read (0.4).
+    mamba_pool: str = ""
+    # State slots a running request takes (_calculate_mamba_ratio): 3 with the radix cache, 1 without it (the models
+    # in mamba_radix_off), 3 + 2 where mamba_radix_cache_strategy "auto" resolves to "extra_buffer" (the default
+    # overlap schedule, the triton linear-attention backend and an architecture of _MAMBA_EXTRA_BUFFER_ARCHS, 0.5.14 on;
+    # mem_cache/allocation_sizing.py get_mamba_tracking_slots: 2 with overlap)
+    mamba_radix_off: frozenset = frozenset()
+    mamba_extra_buffer: frozenset = frozenset()
 
 
-VERSIONS = [("0.4", Rules(False, kda=False, short_conv=False, cohere2_smollm3=False)), ("0.5", Rules(True)),
-            ("0.5.23", Rules(True, dsa_blackwell_plain_fp8=True, gemma4_step37=True, swa_ratio_cell=True))]
+# 0.5.10-0.5.13 server_args.py: Kimi Linear calls _handle_mamba_radix_cache(support_mamba_cache=False), radix cache
+# off; from 0.5.14 it keeps it. _MAMBA_EXTRA_BUFFER_ARCHS (server_args.py _support_mamba_cache_extra_buffer in 0.5.14,
+# arg_groups/overrides.py from 0.5.15), the architectures kvplan sizes, per wheel:
+_EXTRA_0_5_14 = frozenset({"Qwen3_5ForConditionalGeneration", "Qwen3_5MoeForConditionalGeneration",
+                           "Qwen3NextForCausalLM", "FalconH1ForCausalLM", "GraniteMoeHybridForCausalLM",
+                           "NemotronHForCausalLM", "NemotronHPuzzleForCausalLM"})
+_EXTRA_0_5_16 = _EXTRA_0_5_14 | {"KimiLinearForCausalLM"}
+_EXTRA_0_5_19 = _EXTRA_0_5_16 | {"Qwen3_5ForCausalLM", "Qwen3_5MoeForCausalLM"}  # unchanged to 0.5.23 for these
+_MAMBA_0_5_10 = dict(mamba_pool="k", mamba_radix_off=frozenset({"KimiLinearForCausalLM"}))
+_V0_5 = dict(fraction_tiers=True)
+VERSIONS = [("0.4", Rules(False, kda=False, short_conv=False, cohere2_smollm3=False)),
+            ("0.5", Rules(**_V0_5, **_MAMBA_0_5_10)),
+            # 0.5.14-0.5.22: the rows differ from 0.5's in the Mamba pool only (the other rules were read in 0.5.10
+            # and 0.5.23, not in between)
+            ("0.5.14", Rules(**_V0_5, mamba_pool="k", mamba_extra_buffer=_EXTRA_0_5_14)),
+            ("0.5.16", Rules(**_V0_5, mamba_pool="k", mamba_extra_buffer=_EXTRA_0_5_16)),
+            ("0.5.17", Rules(**_V0_5, mamba_pool="k+1", mamba_extra_buffer=_EXTRA_0_5_16)),
+            ("0.5.19", Rules(**_V0_5, mamba_pool="k+1", mamba_extra_buffer=_EXTRA_0_5_19)),
+            ("0.5.23", Rules(**_V0_5, dsa_blackwell_plain_fp8=True, gemma4_step37=True, swa_ratio_cell=True,
+                             mamba_pool="k+1", mamba_extra_buffer=_EXTRA_0_5_19))]
+MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio default (server_args.py 0.5.10; arg_groups 0.5.23 fallback)
+MAMBA_RUNNING_RATIO = 3  # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO: state slots per running request, radix cache on
 DSA_PAGE = 64  # arg_groups/model_overrides/deepseek_v2.py: DSA models run with page_size 64 (even over --page-size)
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2")  # cache dtypes this engine can store
 LISTED = LISTINGS["sglang"]
@@ -301,6 +335,13 @@ class Prepared(layout.StagedLayout):
     dsv4: tuple[sglang_dsv4.Dsv4Stage, ...] = ()
     dsv4_window: int = 0
     dsv4_requests: int = 0
+    # Mamba hybrids (Rules.mamba_pool): one request's state bytes as SGLang charges them (mamba_cache_per_req: every
+    # state layer in 0.5.10, the largest stage's in 0.5.23), state slots per running request, r, and a given
+    # --max-mamba-cache-size; per_req 0 for every other model
+    mamba_per_req: int = 0
+    mamba_ratio: int = 0
+    mamba_memory_ratio: float = MAMBA_FULL_MEMORY_RATIO
+    max_mamba_cache_size: int | None = None
 
     @property
     def label(self) -> str:
@@ -314,10 +355,23 @@ class Prepared(layout.StagedLayout):
         return sum(self._token_bytes(c) for _, c in self.stages[stage] if _pooled(c))
 
     def has_fixed_state(self) -> bool:
-        """Cross-attention K/V or Mamba slots: a fixed cost per request beside the token pool (not the encoder
-        tokens of ENCODER_IN_POOL models, which are pool rows)."""
+        """Cross-attention K/V: a fixed cost per request beside the token pool (not the encoder tokens of
+        ENCODER_IN_POOL models, which are pool rows). Mamba slots are a pool of their own (mamba_split)."""
         return any(getattr(_rule(c), "fixed", False) and not (self.encoder_tokens and isinstance(c, CrossAttention))
-                   for st in self.stages for _, c in st)
+                   and not isinstance(c, RecurrentState) for st in self.stages for _, c in st)
+
+    def mamba_split(self, budget: int) -> tuple[int, int]:
+        """(max_mamba_cache_size, the token pool's bytes) from a stage's KV budget, as SGLang splits the rest."""
+        per, r, rest = self.mamba_per_req, self.mamba_memory_ratio, max(0, budget) / (1 << 30)
+        new = self.selected.rules.mamba_pool == "k+1"
+        if self.max_mamba_cache_size is not None:
+            k = self.max_mamba_cache_size
+        elif new:
+            k = int((rest * r / (1 + r) * (1 << 30) - per) // per)
+        else:
+            k = int(rest * r / (1 + r) * (1 << 30) // per)
+        pool = (k + 1 if new else k) * per
+        return max(0, k), int((rest - pool / (1 << 30)) * (1 << 30))
 
     def groups_of(self, ctx: int, batch: int, stage: int) -> list[PlanGroup]:
         out = []
@@ -575,8 +629,9 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     if kinds & {SlidingWindow, ChunkedLocal}:
         notes.append("sliding/chunked layers hold min(ctx, window) tokens (SGLang hybrid-SWA pool)" if hybrid_swa
                      else "SGLang gives this model's sliding-window layers full-length cache (not a hybrid-SWA model)")
-    model_dt = base.serving_dtype(spec)
-    state = (kvd.state or model_dt, kvd.state or dtypes.KV_DTYPES["fp32"])
+    # conv state in SGLANG_MAMBA_CONV_DTYPE (bfloat16 by default, whatever the model dtype), SSM state float32
+    # (configs/mamba_utils.py mamba2_state_dtype; environ.py)
+    state = (kvd.state or dtypes.KV_DTYPES["bf16"], kvd.state or dtypes.KV_DTYPES["fp32"])
     if any(issubclass(k, RecurrentState) for k in kinds):
         notes.append(f"Mamba state per request: conv kernel-1 in {state[0].name}, SSM in {state[1].name}")
     encoder_tokens, context_len = 0, None
@@ -591,8 +646,44 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
                      f"self- and cross-attention, holds ctx + {encoder_tokens:,} rows per request, and the padded "
                      "prompt counts against --context-length")
     cap = opts.get("max_total_tokens")
-    return Prepared(selected, spec, stages, kvd, page, tp, pp, hybrid_swa, state, tuple(notes),
-                    int(cap) if cap else None, plain_fp8, encoder_tokens, context_len)
+    prepared = Prepared(selected, spec, stages, kvd, page, tp, pp, hybrid_swa, state, tuple(notes),
+                        int(cap) if cap else None, plain_fp8, encoder_tokens, context_len)
+    if any(issubclass(k, RecurrentState) for k in kinds):
+        prepared = _mamba_pool(prepared, spec, opts)
+    elif opts.get("mamba_full_memory_ratio") or opts.get("max_mamba_cache_size"):
+        prepared = replace(prepared, assumptions=prepared.assumptions + (
+            "--mamba-full-memory-ratio / --max-mamba-cache-size ignored: this model keeps no Mamba state",))
+    return prepared
+
+
+def _mamba_pool(p: Prepared, spec: ModelSpec, opts: dict[str, Any]) -> Prepared:
+    """A Mamba hybrid's state pool: mamba_cache_per_req (conv + SSM of every state layer in 0.5.10, of the largest
+    pipeline stage in 0.5.23: _handle_max_mamba_cache's pp_layer_scale), the slots a running request takes
+    (_calculate_mamba_ratio) and the share of the budget it gets (--mamba-full-memory-ratio)."""
+    rules = p.selected.rules
+    new = rules.mamba_pool == "k+1"
+    per_stage = [sum(_rule(c).group(c, [i], 1, 1, p).bytes for i, c in p.stages[s] if isinstance(c, RecurrentState))
+                 for s in range(len(p.stages))]  # (a kind the rule set predates is refused here, by name)
+    if not p.selected.rules.mamba_pool:
+        raise layout.UnsupportedKind(f"{p.selected.label}: kvplan read how SGLang sizes its Mamba state pool in "
+                                     "0.5.10-0.5.23 only (handle_max_mamba_cache); --engine sglang@0.5 or later "
+                                     "plans this hybrid")
+    per_req = max(per_stage) if new else sum(per_stage)
+    if spec.architecture in rules.mamba_radix_off:
+        ratio, why = 1, "radix cache off for this model"
+    elif spec.architecture in rules.mamba_extra_buffer:
+        ratio, why = MAMBA_RUNNING_RATIO + 2, "radix cache, mamba_radix_cache_strategy 'auto' -> extra_buffer: 2 tracking slots"
+    else:
+        ratio, why = MAMBA_RUNNING_RATIO, "radix cache, no extra buffer"
+    r = float(opts.get("mamba_full_memory_ratio") or MAMBA_FULL_MEMORY_RATIO)
+    given = opts.get("max_mamba_cache_size")
+    note = (f"Mamba state pool (MambaPool): {per_req:,} B a slot ({'the largest stage' if new else 'every state layer'}); "
+            + (f"--max-mamba-cache-size {int(given)} slots" if given else
+               f"r / (1 + r) of the KV budget, r = mamba_full_memory_ratio {r}")
+            + (", plus the pool's padding slot" if new else "") + f"; the token pool gets the rest; {ratio} slot(s) a "
+            f"running request ({why}), so max_running_requests <= max_mamba_cache_size // {ratio}")
+    return replace(p, assumptions=p.assumptions + (note,), mamba_per_req=per_req, mamba_ratio=ratio,
+                   mamba_memory_ratio=r, max_mamba_cache_size=int(given) if given else None)
 
 
 def _prepare_dsv4(spec: ModelSpec, stages: tuple[layout.Caches, ...], tp: int, pp: int, kvd: KVDtypes,
@@ -714,12 +805,14 @@ def calibrated_budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext,
 
 
 def _token_pool(prepared: Prepared, budgets: list[int]) -> int:
-    """max_total_num_tokens: int(rest) // cell, min over stages, --max-total-tokens cap, floored to the page."""
+    """max_total_num_tokens: int(rest) // cell, min over stages, --max-total-tokens cap, floored to the page; a Mamba
+    hybrid's rest is what its state pool leaves (Prepared.mamba_split)."""
     counts = []
     for s in range(len(prepared.stages)):
         cell = prepared.cell_size(s)
         if cell:
-            counts.append(max(0, budgets[s]) // cell)
+            rest = prepared.mamba_split(budgets[s])[1] if prepared.mamba_per_req else budgets[s]
+            counts.append(max(0, rest) // cell)
     n = min(counts) if counts else 0
     if prepared.max_total_tokens:
         n = min(n, prepared.max_total_tokens)
@@ -746,10 +839,13 @@ def max_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
     if prepared.hybrid_swa:
         return _hybrid_swa_batch(prepared, ctx, budgets)
     if prepared.has_fixed_state():
-        # fixed-size per-request state (Mamba slots, cross K/V): charge whole requests against the budget
+        # fixed-size per-request state (cross K/V): charge whole requests against the budget
         return base.max_batch_by_bytes(prepared.stage_bytes, budgets, ctx)
     per = base.pad_to(ctx + prepared.encoder_tokens, prepared.page)
-    return _token_pool(prepared, budgets) // per if per else 0
+    n = _token_pool(prepared, budgets) // per if per else 0
+    if prepared.mamba_per_req:  # each running request holds a state slot of the Mamba pool
+        n = min(n, min(prepared.mamba_split(b)[0] for b in budgets))
+    return n
 
 
 SWA_FULL_TOKENS_RATIO = 0.8  # --swa-full-tokens-ratio default
@@ -808,6 +904,13 @@ def _hybrid_swa_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
     return min(fits_) if fits_ else 0
 
 
+def mamba_cap(prepared: Prepared, budgets: list[int]) -> int | None:
+    """_resolve_max_num_reqs' Mamba bound: max_mamba_cache_size // state slots per running request."""
+    if not prepared.mamba_per_req:
+        return None
+    return min(prepared.mamba_split(b)[0] for b in budgets) // prepared.mamba_ratio
+
+
 def fits(prepared: Prepared, ctx: int, batch: int, budgets: list[int]) -> bool:
     if not prepared.dsv4 and not prepared.hybrid_swa and prepared.has_fixed_state():
         return all(prepared.stage_bytes(ctx, batch, s) <= budgets[s] for s in range(len(prepared.stages)))
@@ -836,6 +939,14 @@ def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], 
     est = min(max(int(n / context_len * 512), 2048), 4096) if context_len else 2048
     user = opts.get("max_running_requests")
     cap = min(int(user), est) if user else min(est, n // 2)  # _resolve_max_num_reqs
+    if prepared.mamba_per_req:
+        k = min(prepared.mamba_split(b)[0] for b in budgets)
+        cap = min(cap, k // prepared.mamba_ratio)
+        extra = {"max_mamba_cache_size": k, "mamba_cache_per_req": prepared.mamba_per_req,
+                 "mamba_slots_per_request": prepared.mamba_ratio}
+        if k <= 0 or cap <= 0:
+            swa_message = (f"Not enough GPU memory for the hybrid state cache (max_mamba_cache_size {k}, "
+                           f"{prepared.mamba_ratio} slots a running request; SGLang refuses to start)")
     start = n > 0 and swa_message is None
     message = swa_message if n > 0 else ("Not enough memory. Please try to increase --mem-fraction-static. "
                                          "(SGLang refuses to start)")

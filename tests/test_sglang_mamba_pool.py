@@ -1,0 +1,181 @@
+"""SGLang's Mamba state pool beside the token pool (kvplan/engines/sglang.py Prepared.mamba_split, _mamba_pool):
+the KV budget left after the weights is split r : 1 between MambaPool (max_mamba_cache_size slots of one request's
+conv + SSM state) and the token pool, r = --mamba-full-memory-ratio (0.9), and a running request takes 1, 3 or 5
+state slots. Oracles, none written here:
+
+- SGLang's own code run from its wheels (tests/oracle_sglang_mamba.py): the config classes' mamba2_cache_params on
+  the bundled configs, 0.5.10's handle_max_mamba_cache and 0.5.23's _handle_max_mamba_cache and
+  _calculate_mamba_ratio, and 0.5.23's list of architectures that take the extra buffer;
+- a start-up log of SGLang 0.5.18 (Qwen3.8-27B-FP8 on one H100; the qwen3.5-27b layout): "max_mamba_cache_size: 124"
+  and "#tokens: 330323" together fit only the 0.5.17+ split (the pool charged K + 1 slots), and its "capped to 24"
+  fits 5 slots a request.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+
+import pytest
+
+from conftest import ROOT, kvjson, run_cli
+
+import oracle_sglang_mamba as oracle
+
+GiB = 1 << 30
+MODELS = {  # alias -> bundled config directory
+    "qwen3-next-80b-a3b": "Qwen--Qwen3-Next-80B-A3B-Thinking",
+    "nemotron-3-nano": "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
+    "qwen3.5-27b": "Qwen--Qwen3.5-27B",
+}
+
+
+def config(alias: str) -> dict:
+    return json.loads((ROOT / "model_configs" / MODELS[alias] / "config.json").read_text())
+
+
+def cell(alias: str, tp: int) -> int:
+    """bf16 K and V of the full-attention layers' KV heads on one rank (SGLang divides the KV heads by the attention
+    TP size, at least one head a rank)."""
+    c = config(alias)
+    text = c.get("text_config") or c
+    if "hybrid_override_pattern" in text:
+        full = text["hybrid_override_pattern"].count("*")
+    else:
+        full = text["num_hidden_layers"] // text["full_attention_interval"]
+    heads = max(1, text["num_key_value_heads"] // tp)
+    return full * heads * text["head_dim"] * 2 * 2
+
+
+def fit(alias: str, engine: str, budget: int, tp: int = 1, *extra: str) -> dict:
+    return kvjson("fit", alias, "--gpu", f"{tp}xH200" if tp > 1 else "H200", "--tp", str(tp), "--engine", engine,
+                  "--ctx", "32768", "--kv-budget", f"{budget}B", *extra)["results"][0]
+
+
+@pytest.fixture(scope="module")
+def sources():
+    if not os.environ.get("KVPLAN_SGLANG_SRC"):
+        pytest.skip("KVPLAN_SGLANG_SRC / KVPLAN_SGLANG_0_5_10_SRC (unzipped sglang 0.5.23 and 0.5.10.post1 wheels) "
+                    "are not set; .ci/run sets them")
+    assert oracle.available(), "the SGLang sources .ci/run extracts are missing"
+
+
+CASES = [(alias, tp, budget) for alias in MODELS for tp in (1, 2) for budget in (8 * GiB + 12_345, 61_000_000_000)]
+
+
+@pytest.mark.parametrize("alias, tp, budget", CASES)
+def test_state_bytes_and_split_equal_sglang_0_5_23(sources, alias, tp, budget):
+    """One request's state (mamba_cache_per_req), max_mamba_cache_size, max_total_num_tokens and the slots a request
+    takes, as SGLang 0.5.23's own code computes them."""
+    _, params = oracle.cache_params(config(alias), tp)
+    k, rest, ratio = oracle.split_0_5_23(params.mamba_cache_per_req, budget / GiB, config(alias)["architectures"][0])
+    r = fit(alias, "sglang@0.5.23", budget, tp)
+    d = r["engine_details"]
+    assert d["mamba_cache_per_req"] == params.mamba_cache_per_req
+    assert (d["max_mamba_cache_size"], d["mamba_slots_per_request"]) == (k, ratio)
+    assert r["kv_capacity_tokens"] == int(rest * GiB) // cell(alias, tp)
+
+
+@pytest.mark.parametrize("alias, tp, budget", CASES)
+def test_split_equals_sglang_0_5_10(sources, alias, tp, budget):
+    _, params = oracle.cache_params(config(alias), tp)
+    k, rest = oracle.split_0_5_10(params.mamba_cache_per_req, budget / GiB)
+    r = fit(alias, "sglang@0.5", budget, tp)
+    assert r["engine_details"]["max_mamba_cache_size"] == k
+    assert r["engine_details"]["mamba_slots_per_request"] == 3  # no_buffer, radix cache on (0.5.10 server_args.py)
+    assert r["kv_capacity_tokens"] == int(rest * GiB) // cell(alias, tp)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_random_budgets_and_ratios_equal_sglang(sources, seed):
+    rng = random.Random(seed)
+    alias = rng.choice(sorted(MODELS))
+    budget, r = rng.randrange(2 * GiB, 120 * GiB), rng.choice((0.2, 0.5, 0.9, 1.5))
+    _, params = oracle.cache_params(config(alias), 1)
+    k, rest, _ = oracle.split_0_5_23(params.mamba_cache_per_req, budget / GiB, config(alias)["architectures"][0], r)
+    got = fit(alias, "sglang@0.5.23", budget, 1, "--mamba-full-memory-ratio", str(r))
+    assert got["engine_details"]["max_mamba_cache_size"] == k
+    assert got["kv_capacity_tokens"] == int(rest * GiB) // cell(alias, 1)
+
+
+def test_extra_buffer_architectures_are_sglang_0_5_23s(sources):
+    """kvplan's list, for the architectures it sizes, is SGLang 0.5.23's _MAMBA_EXTRA_BUFFER_ARCHS."""
+    from kvplan.engines import sglang
+
+    theirs = oracle.literal_frozenset(f"{oracle.SRC}/srt/arg_groups/overrides.py", "_MAMBA_EXTRA_BUFFER_ARCHS")
+    ours = dict(sglang.VERSIONS)["0.5.23"].mamba_extra_buffer
+    assert ours <= theirs
+    for arch in ("JambaForCausalLM", "Lfm2ForCausalLM", "Lfm2MoeForCausalLM", "Zamba2ForCausalLM"):
+        assert arch not in theirs and arch not in ours
+
+
+# ---------------------------------------------------------------------------------------------- a log from the wild
+# Code index read_file id 65830671609 (a bring-up README, section "H100 serve - single GPU", quoting its server log
+# "verbatim" with the timestamps stripped): python -m sglang.launch_server --model-path Qwen/Qwen3.8-27B-FP8
+# --trust-remote-code --mem-fraction-static 0.85 --max-running-requests 32 (sglang 0.5.18, 1x H100 80GB HBM3, bf16
+# KV). The README adds that the log printed "max_running_requests is capped to 24 by the mamba state cache", and
+# quotes from a ROCm run of the same checkpoint "mamba_cache_per_req=146.81 MB".
+QWEN38_LOG = """\
+Load weight end. elapsed=429.52 s, type=Qwen3_5ForConditionalGeneration, quant=fp8, fmt=e4m3, avail mem=50.01 GB, mem usage=28.47 GB.
+Mamba Cache is allocated. max_mamba_cache_size: 124, conv_state size: 0.34GB, ssm_state size: 17.58GB
+KV Cache is allocated. dtype: torch.bfloat16, #tokens: 330323, K size: 10.08 GB, V size: 10.08 GB
+"""
+
+
+def _budgets_reproducing(engine: str, slots: int, tokens: int) -> list[int]:
+    """KV budgets (64 KiB apart, 37-39 GiB) at which kvplan's SGLang rules give both printed figures."""
+    from kvplan.sizing import EngineOptions, ModelOptions, setup
+
+    p = setup(ModelOptions("qwen3.5-27b", offline=True), EngineOptions(engine=engine)).prepared
+    hits = []
+    for b in range(37 * GiB, 39 * GiB, 1 << 16):
+        k, rest = p.mamba_split(b)
+        if k == slots and rest // p.cell_size(0) == tokens:
+            hits.append(b)
+    return hits
+
+
+def test_sglang_0_5_18_log_fits_the_k_plus_one_split():
+    """124 slots and 330,323 tokens come out of one budget under the 0.5.17+ split; under 0.5.16's (the pool charged
+    K slots, not K + 1) no budget gives both. The state per request is what the log's 146.81 MB says, and 124 slots
+    at 5 a request cap the running requests at 24, as printed."""
+    assert "max_mamba_cache_size: 124" in QWEN38_LOG and "#tokens: 330323" in QWEN38_LOG
+    r = kvjson("fit", "qwen3.5-27b", "--gpu", "H100", "--engine", "sglang@0.5.18", "--ctx", "32768",
+               "--kv-budget", "38GiB")["results"][0]
+    assert f"{r['engine_details']['mamba_cache_per_req'] / 2**20:.2f}" == "146.81"
+    assert r["engine_details"]["mamba_slots_per_request"] == 5 and 124 // 5 == 24
+    assert _budgets_reproducing("sglang@0.5.18", 124, 330_323)
+    assert not _budgets_reproducing("sglang@0.5.16", 124, 330_323)
+
+
+# ---------------------------------------------------------------------------------------------- knobs, refusals
+def test_explicit_slots_and_ratio():
+    base = fit("qwen3-next-80b-a3b", "sglang@0.5.23", 40 * GiB)
+    fixed = fit("qwen3-next-80b-a3b", "sglang@0.5.23", 40 * GiB, 1, "--max-mamba-cache-size", "100")
+    per = base["engine_details"]["mamba_cache_per_req"]
+    assert fixed["engine_details"]["max_mamba_cache_size"] == 100
+    assert fixed["kv_capacity_tokens"] == (40 * GiB - 101 * per) // cell("qwen3-next-80b-a3b", 1)
+    assert fixed["engine_batch_cap"] == 100 // 5
+    more = fit("qwen3-next-80b-a3b", "sglang@0.5.23", 40 * GiB, 1, "--mamba-full-memory-ratio", "1.5")
+    assert more["engine_details"]["max_mamba_cache_size"] > base["engine_details"]["max_mamba_cache_size"]
+    assert more["kv_capacity_tokens"] < base["kv_capacity_tokens"]
+
+
+def test_kimi_linear_slots_by_version(tmp_path):
+    """Kimi Linear: radix cache off in 0.5.10-0.5.13 (1 slot a request), on from 0.5.14 (3), extra buffer from
+    0.5.16 (5)."""
+    from conftest import write_config
+
+    path = write_config(tmp_path, "kl", json.loads((ROOT / "tests" / "data" / "wild-configs"
+                                                     / "moonshotai--Kimi-Linear-48B-A3B-Instruct" / "config.json")
+                                                    .read_text()))
+    got = {v: kvjson("fit", path, "--gpu", "2xH200", "--tp", "2", "--engine", f"sglang@{v}", "--ctx", "8192",
+                     "--kv-budget", "40GiB")["results"][0]["engine_details"]["mamba_slots_per_request"]
+           for v in ("0.5.10", "0.5.14", "0.5.16")}
+    assert got == {"0.5.10": 1, "0.5.14": 3, "0.5.16": 5}
+
+
+def test_sglang_0_4_refuses_a_mamba_hybrid_in_one_line():
+    r = run_cli("fit", "nemotron-3-nano", "--gpu", "H100", "--engine", "sglang@0.4")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "0.5.10" in r.err, r.err
