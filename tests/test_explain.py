@@ -53,9 +53,10 @@ MODEL_FOR = {
     "vllm-qwen3.5-35b-a3b-fp8-1xgb10-tp1-len262144-gmu0.8-prefix-align-v0.18.1rc1": "qwen3.5-35b-a3b",
     "vllm-qwen3.8-27b-bf16-1xgb10-tp1-len32768-no-prefix-caching-v0.27.1": "qwen3.5-27b",
     "vllm-lfm2.5-1.2b-instruct-1xsm90-tp1-len32768-fp8kv-gmu0.95-align-block16-v0.26.0": "lfm2-1.2b",
+    "sglang-0.5.18-qwen3.8-27b-fp8-1xh100-80gb-tp1-msf0.85-mrr32": "qwen3.5-27b",
 }
-HYBRID_LOGS = [k for k, v in MODEL_FOR.items() if v in ("nemotron-3-nano", "qwen3-next-80b-a3b", "qwen3.5-35b-a3b",
-                                                        "qwen3.5-27b", "lfm2-1.2b")]
+HYBRID_LOGS = [k for k, v in MODEL_FOR.items() if k.startswith("vllm-") and v in (
+    "nemotron-3-nano", "qwen3-next-80b-a3b", "qwen3.5-35b-a3b", "qwen3.5-27b", "lfm2-1.2b")]
 CTX_FOR = {"ollama-gemma3-4b-128k-swa-rtx5080": "131072"}  # the excerpt prints no n_ctx; the entry's table row says 128K
 
 # exact figures kvplan computes differently from the log, each with its cause (checked in the closing note)

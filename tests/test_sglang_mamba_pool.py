@@ -179,3 +179,34 @@ def test_kimi_linear_slots_by_version(tmp_path):
 def test_sglang_0_4_refuses_a_mamba_hybrid_in_one_line():
     r = run_cli("fit", "nemotron-3-nano", "--gpu", "H100", "--engine", "sglang@0.4")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "0.5.10" in r.err, r.err
+
+
+def test_explain_reproduces_the_state_pool_of_the_0_5_18_log(monkeypatch):
+    """explain reads the Mamba line: the conv and SSM buffers of 124 + 1 slots (slot 0 pads), and K / V at 330,323
+    tokens, from the qwen3.5-27b layout; the slot count needs the measured budget the excerpt lacks."""
+    from conftest import DATA
+    import yaml
+    from kvplan.explain import Overrides, explain
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    entry = next(e for e in yaml.safe_load((DATA / "wild-logs.yaml").read_text())
+                 if e["id"] == "sglang-0.5.18-qwen3.8-27b-fp8-1xh100-80gb-tp1-msf0.85-mrr32")
+    assert all(line in entry["log"] for line in QWEN38_LOG.splitlines())
+    x = explain(entry["log"], Overrides(model="qwen3.5-27b", engine="sglang@0.5.18", offline=True))
+    verdicts = {f.printed.what: f.verdict for f in x.findings}
+    assert {verdicts[w] for w in ("conv_state_size", "ssm_state_size", "k_size", "v_size")} == {"reproduced"}
+    assert verdicts["mamba_slots"] == "not reproduced"
+
+
+@pytest.mark.parametrize("printed, verdict", [(24, "reproduced"), (41, "differs")])
+def test_the_running_request_cap_line(printed, verdict, monkeypatch):
+    """0.5.17+'s warning (kv_cache_configurator.py _resolve_max_num_reqs: "max_running_requests is capped to %d by
+    the mamba state cache (max_mamba_cache_size=%d, %d state slots per request)"), here in that format with the
+    README's figures: 124 // 5 = 24 under the extra buffer; 41 would be 0.5.10's 3 slots a request."""
+    from kvplan.explain import Overrides, explain
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    line = (f"max_running_requests is capped to {printed} by the mamba state cache (max_mamba_cache_size=124, 5 state "
+            "slots per request). To raise it: increase --mamba-full-memory-ratio")
+    x = explain(QWEN38_LOG + line + "\n", Overrides(model="qwen3.5-27b", engine="sglang@0.5.18", offline=True))
+    assert {f.printed.what: f.verdict for f in x.findings}["mamba_request_cap"] == verdict

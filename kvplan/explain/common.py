@@ -86,6 +86,10 @@ FIGURES = {
     "mamba_padding_pct": "Mamba page padding (%)",
     "padding_layers": "padding layer slots",
     "padding_waste_pct": "padding waste bound (%)",
+    "mamba_slots": "Mamba state slots (max_mamba_cache_size)",
+    "conv_state_size": "Mamba conv state size",
+    "ssm_state_size": "Mamba SSM state size",
+    "mamba_request_cap": "running-request cap from the Mamba pool",
 }
 
 

@@ -19,6 +19,12 @@ _END_FREE = re.compile(r"Load weight end\..*?avail mem=([\d.]+) GB")  # free mem
 _SWA = re.compile(r"SWAKVPool mem usage: ([\d.]+) GB, swa size: (\d+), full size: (\d+)")
 _LOAD = re.compile(r"Load weight end\..*?mem usage=([\d.]+) GB")
 _NO_ROOM = re.compile(r"Loaded weights leave no GPU memory for the KV cache")
+# a hybrid's MambaPool (mem_cache/memory_pool.py: K + 1 slots allocated, K printed) and the running-request cap it sets
+# (kv_cache_configurator.py _resolve_max_num_reqs, 0.5.17+)
+_MAMBA = re.compile(r"Mamba Cache is allocated\. max_mamba_cache_size: (\d+), conv_state size: ([\d.]+) ?GB, "
+                    r"ssm_state size: ([\d.]+) ?GB")
+_MAMBA_CAP = re.compile(r"max_running_requests is capped to (\d+) by the mamba state cache "
+                        r"\(max_mamba_cache_size=(\d+)")
 
 
 def looks_like(text: str) -> bool:
@@ -91,6 +97,16 @@ def read(text: str) -> LogFacts:
                 f.printed.append(Printed(i, what, number(m.group(1)), GiB, worker=worker_tag(line)))
         if _NO_ROOM.search(line):
             f.printed.append(Printed(i, "kv_budget", Decimal(0), GiB))
+        m = _MAMBA.search(line)
+        if m:
+            slots, tag = int(m.group(1)), worker_tag(line)
+            f.printed.append(Printed(i, "mamba_slots", Decimal(slots), worker=tag))
+            f.printed.append(Printed(i, "conv_state_size", number(m.group(2)), GiB, at=slots, worker=tag))
+            f.printed.append(Printed(i, "ssm_state_size", number(m.group(3)), GiB, at=slots, worker=tag))
+        m = _MAMBA_CAP.search(line)
+        if m:
+            f.printed.append(Printed(i, "mamba_request_cap", Decimal(int(m.group(1))), at=int(m.group(2)),
+                                     worker=worker_tag(line)))
     _dedupe(f)
     unread_kv_lines(ls, f)
     return f
@@ -146,11 +162,15 @@ def _finding(c, p: Printed, several_pools: bool) -> Finding:
                            "a second pool on this rank (a speculative-decoding draft model's cache, or a hybrid's other "
                            "pool): kvplan sizes the served model's own pool")
         return Finding(p, DIFFERS, f"{value:,} B ({gib(value)})", how, rel_error(value, float(p.value) * p.unit))
+    if p.what in ("conv_state_size", "ssm_state_size", "mamba_request_cap"):
+        return _mamba_figure(c, p)
     if p.what == "weights":
         r = c.fit(kv_budget=1 << 40)
         return Finding(p, ESTIMATED, f"{r.weight_bytes:,} B ({gib(r.weight_bytes)})",
                        "checkpoint weights per GPU; SGLang's 'mem usage' is the memory the load took",
                        rel_error(r.weight_bytes, float(p.value) * p.unit))
+    if p.what == "mamba_slots":
+        return _mamba_slots(c, p)
     first_pool = not several_pools or (p.worker or "").endswith("#1")  # a second pool is not the served model's
     if p.what == "kv_tokens" and first_pool and (measured := _measured_budget(c)) is not None:
         return _tokens_from_measured(c, p, measured)
@@ -174,6 +194,58 @@ def _finding(c, p: Printed, several_pools: bool) -> Finding:
     tokens = r.capacity.kv_capacity_tokens
     return Finding(p, ESTIMATED, f"{tokens:,}", f"kvplan's budget model on {c.gpu.gpu.name}",
                    rel_error(tokens, float(p.value)) if tokens is not None else None)
+
+
+def _mamba_figure(c, p: Printed) -> Finding:
+    """MambaPool's conv / SSM buffers at the printed slot count (K + 1 slots: slot 0 pads), and the running-request
+    cap K // state slots a request; exact, no budget needed."""
+    from kvplan.explain.reproduce import gib, rel_error
+
+    r = c.fit(kv_budget=1 << 40, ctx=None)
+    if p.what == "mamba_request_cap":
+        ratio = r.capacity.details.get("mamba_slots_per_request")
+        if not ratio:
+            return Finding(p, NOT_REPRODUCED, "", f"kvplan's {c.engine} rules keep no Mamba state pool for this model")
+        cap = p.at // ratio
+        how = f"max_mamba_cache_size {p.at} // {ratio} state slots a running request ({c.engine})"
+        return Finding(p, REPRODUCED if cap == int(p.value) else DIFFERS, f"{cap:,}", how)
+    _, plan = c.size(1)
+    name = "conv_state" if p.what == "conv_state_size" else "ssm_state"
+    per_slot = sum(t.total_bytes for g in plan.groups for t in g.tensors if t.name == name)
+    if not per_slot:
+        return Finding(p, NOT_REPRODUCED, "", f"kvplan's {c.engine} layout has no {name} for this model")
+    v = per_slot * (p.at + 1)
+    lo, hi = p.bounds()
+    how = f"{p.at} + 1 slots (slot 0 pads) x {per_slot:,} B of {name} a request (tp {c.facts.tp})"
+    if lo <= v < hi:
+        return Finding(p, REPRODUCED, f"{v:,} B ({gib(v)})", how)
+    return Finding(p, DIFFERS, f"{v:,} B ({gib(v)})", how, rel_error(v, float(p.value) * p.unit))
+
+
+def _mamba_slots(c, p: Printed) -> Finding:
+    """max_mamba_cache_size: from the budget SGLang measured where the log prints it (exact), else kvplan's estimate."""
+    from kvplan.explain.reproduce import rel_error, within
+
+    measured = _measured_budget(c)
+    if measured is not None:
+        lo, hi, fraction, where = measured
+        a, b = (c.fit(kv_budget=max(0, v), ctx=None).capacity.details.get("max_mamba_cache_size") for v in (lo, hi))
+        if a is None:
+            return Finding(p, NOT_REPRODUCED, "", f"kvplan's {c.engine} rules keep no Mamba state pool for this model")
+        how = (f"r / (1 + r) of SGLang's measured budget {lo / GiB:.3f} .. {hi / GiB:.3f} GiB (mem_fraction_static "
+               f"{where}) over kvplan's state bytes a slot")
+        shown = f"{a:,}" if a == b else f"{a:,} .. {b:,}"
+        if within(float(p.value), a, b):
+            return Finding(p, REPRODUCED, shown, how)
+        verdict = DIFFERS if "mem_fraction_static" in c.facts.knobs else ESTIMATED
+        return Finding(p, verdict, shown, how, rel_error((a + b) / 2, float(p.value)))
+    if not c.gpu_known:
+        return Finding(p, NOT_REPRODUCED, "", "the slot count comes from memory SGLang measured after loading, which "
+                       "the log does not print; kvplan estimates it from the GPU: give --gpu")
+    k = c.fit(kv_budget=None, ctx=None).capacity.details.get("max_mamba_cache_size")
+    if k is None:
+        return Finding(p, NOT_REPRODUCED, "", f"kvplan's {c.engine} rules keep no Mamba state pool for this model")
+    return Finding(p, ESTIMATED, f"{k:,}", f"kvplan's budget model on {c.gpu.gpu.name}", rel_error(k, float(p.value)))
 
 
 def _measured_budget(c):
