@@ -54,7 +54,9 @@ MODEL_FOR = {
     "vllm-qwen3.8-27b-bf16-1xgb10-tp1-len32768-no-prefix-caching-v0.27.1": "qwen3.5-27b",
     "vllm-lfm2.5-1.2b-instruct-1xsm90-tp1-len32768-fp8kv-gmu0.95-align-block16-v0.26.0": "lfm2-1.2b",
     "sglang-0.5.18-qwen3.8-27b-fp8-1xh100-80gb-tp1-msf0.85-mrr32": "qwen3.5-27b",
+    "sglang-0.5.21-nemotron-3-nano-omni-30b-a3b-reasoning-nvfp4-4xgb10-tp4-fp8kv": "nemotron-3-nano",
 }
+TP_FOR = {"sglang-0.5.21-nemotron-3-nano-omni-30b-a3b-reasoning-nvfp4-4xgb10-tp4-fp8kv": 4}  # the excerpt prints none
 HYBRID_LOGS = [k for k, v in MODEL_FOR.items() if k.startswith("vllm-") and v in (
     "nemotron-3-nano", "qwen3-next-80b-a3b", "qwen3.5-35b-a3b", "qwen3.5-27b", "lfm2-1.2b")]
 CTX_FOR = {"ollama-gemma3-4b-128k-swa-rtx5080": "131072"}  # the excerpt prints no n_ctx; the entry's table row says 128K
@@ -139,7 +141,7 @@ def kv_dtype_for(entry: dict) -> str | None:
 def run(entry: dict, tmp_path: Path):
     return explain(entry["log"], Overrides(model=model_for(entry, tmp_path), kv_dtype=kv_dtype_for(entry),
                                            ctx=int(CTX_FOR[entry["id"]]) if entry["id"] in CTX_FOR else None,
-                                           offline=True))
+                                           tp=TP_FOR.get(entry["id"]), offline=True))
 
 
 @pytest.mark.parametrize("case_id", sorted(ENTRIES))

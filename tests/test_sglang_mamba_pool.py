@@ -123,17 +123,31 @@ KV Cache is allocated. dtype: torch.bfloat16, #tokens: 330323, K size: 10.08 GB,
 """
 
 
-def _budgets_reproducing(engine: str, slots: int, tokens: int) -> list[int]:
-    """KV budgets (64 KiB apart, 37-39 GiB) at which kvplan's SGLang rules give both printed figures."""
+def _first(lo: int, hi: int, ok) -> int:
+    """The smallest b in [lo, hi] with ok(b) (ok monotone), or hi + 1."""
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        if ok(mid):
+            hi = mid - 1
+        else:
+            lo = mid + 1
+    return lo
+
+
+def budget_giving(alias: str, engine: str, slots: int, tokens: int, *, tp: int = 1, kv_dtype: str | None = None):
+    """A KV budget at which kvplan's SGLang rules print both figures, or None. max_mamba_cache_size grows with the
+    budget, and within one slot count so does the token pool (it drops when a slot is added): bisect for the budgets
+    of `slots` slots, then within them for `tokens` tokens."""
     from kvplan.sizing import EngineOptions, ModelOptions, setup
 
-    p = setup(ModelOptions("qwen3.5-27b", offline=True), EngineOptions(engine=engine)).prepared
-    hits = []
-    for b in range(37 * GiB, 39 * GiB, 1 << 16):
-        k, rest = p.mamba_split(b)
-        if k == slots and rest // p.cell_size(0) == tokens:
-            hits.append(b)
-    return hits
+    p = setup(ModelOptions(alias, offline=True), EngineOptions(engine=engine, tp=tp, kv_dtype=kv_dtype)).prepared
+    top = 1 << 45
+    start = _first(0, top, lambda b: p.mamba_split(b)[0] >= slots)
+    end = _first(start, top, lambda b: p.mamba_split(b)[0] > slots)
+    if start > top or p.mamba_split(start)[0] != slots:
+        return None
+    b = _first(start, end - 1, lambda b: p.mamba_split(b)[1] // p.cell_size(0) >= tokens)
+    return b if b < end and p.mamba_split(b)[1] // p.cell_size(0) == tokens else None
 
 
 def test_sglang_0_5_18_log_fits_the_k_plus_one_split():
@@ -145,8 +159,25 @@ def test_sglang_0_5_18_log_fits_the_k_plus_one_split():
                "--kv-budget", "38GiB")["results"][0]
     assert f"{r['engine_details']['mamba_cache_per_req'] / 2**20:.2f}" == "146.81"
     assert r["engine_details"]["mamba_slots_per_request"] == 5 and 124 // 5 == 24
-    assert _budgets_reproducing("sglang@0.5.18", 124, 330_323)
-    assert not _budgets_reproducing("sglang@0.5.16", 124, 330_323)
+    assert budget_giving("qwen3.5-27b", "sglang@0.5.18", 124, 330_323)
+    assert budget_giving("qwen3.5-27b", "sglang@0.5.16", 124, 330_323) is None
+
+
+# sglang 0.5.21 (image xomoxcc/dgx-spark-sglang:0.5.21-sm121), nvidia/Nemotron-3-Nano-Omni-30B-A3B-Reasoning-NVFP4 on
+# 4x GB10, tp 4, fp8 KV, mamba_full_memory_ratio 0.9 (tests/data/wild-logs.yaml; code index read_file id 70117488909)
+OMNI_LOG = """\
+Mamba Cache is allocated. max_mamba_cache_size: 2211, conv_state size: 0.44GB, ssm_state size: 24.84GB
+KV Cache is allocated. dtype: float8_e4m3fn, #tokens: 19644177, K size: 14.05 GB, V size: 14.05 GB
+"""
+
+
+def test_sglang_0_5_21_omni_log_fits_the_k_plus_one_split():
+    """A second log: Nemotron-3-Nano-Omni's language model is the nemotron-3-nano layout (its SSM buffer, 24.84 GiB
+    for 2,212 slots, is 23 Mamba-2 layers of 16 x 64 x 128 fp32 at tp 4). 2,211 slots and 19,644,177 tokens come out
+    of one budget under the K + 1 split, not under 0.5.16's."""
+    assert "max_mamba_cache_size: 2211" in OMNI_LOG and "#tokens: 19644177" in OMNI_LOG
+    assert budget_giving("nemotron-3-nano", "sglang@0.5.21", 2211, 19_644_177, tp=4, kv_dtype="fp8")
+    assert budget_giving("nemotron-3-nano", "sglang@0.5.16", 2211, 19_644_177, tp=4, kv_dtype="fp8") is None
 
 
 # ---------------------------------------------------------------------------------------------- knobs, refusals
@@ -210,3 +241,19 @@ def test_the_running_request_cap_line(printed, verdict, monkeypatch):
             "slots per request). To raise it: increase --mamba-full-memory-ratio")
     x = explain(QWEN38_LOG + line + "\n", Overrides(model="qwen3.5-27b", engine="sglang@0.5.18", offline=True))
     assert {f.printed.what: f.verdict for f in x.findings}["mamba_request_cap"] == verdict
+
+
+def test_explain_reproduces_the_state_pool_of_the_0_5_21_omni_log(monkeypatch):
+    from conftest import DATA
+    import yaml
+    from kvplan.explain import Overrides, explain
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    entry = next(e for e in yaml.safe_load((DATA / "wild-logs.yaml").read_text())
+                 if e["id"] == "sglang-0.5.21-nemotron-3-nano-omni-30b-a3b-reasoning-nvfp4-4xgb10-tp4-fp8kv")
+    assert entry["log"] == OMNI_LOG
+    x = explain(entry["log"], Overrides(model="nemotron-3-nano", engine="sglang@0.5.21", tp=4, offline=True))
+    verdicts = {f.printed.what: f.verdict for f in x.findings}
+    assert {verdicts[w] for w in ("conv_state_size", "ssm_state_size", "k_size", "v_size")} == {"reproduced"}
+    one_gpu = explain(entry["log"], Overrides(model="nemotron-3-nano", engine="sglang@0.5.21", tp=1, offline=True))
+    assert {f.printed.what: f.verdict for f in one_gpu.findings}["ssm_state_size"] == "differs"
