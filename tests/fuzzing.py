@@ -138,7 +138,7 @@ def config_case(rng: random.Random) -> Case:
 FLAGS = ("--ctx", "--batch", "--tp", "--pp", "--kv-dtype", "--weight-dtype", "--block-size", "--page-size",
          "--ubatch", "--tokens-per-block", "--max-num-batched-tokens", "--max-num-seqs", "--encoder-len",
          "--gpu-memory-utilization", "--mem-fraction-static", "--timeout", "--engine", "--kv-budget", "--gpu",
-         "--state-dtype", "--k-dtype", "--v-dtype", "--revision")
+         "--state-dtype", "--k-dtype", "--v-dtype", "--revision", "--mamba-full-memory-ratio", "--max-mamba-cache-size")
 PLAN_FLAGS = ("--prompt", "--output", "--users", "--tpot", "--bandwidth", "--shared-prefix", "--requests", "--gpu",
               "--max-num-seqs", "--block-size", "--max-model-len", "--kv-budget", "--tp", "--engine")
 
@@ -317,7 +317,10 @@ FRACTION_KEYS = {"concurrency", "gpu_memory_utilization", "mem_fraction_static",
                  # gpus: dense TFLOPS by dtype, as vendors state them (decimals)
                  "bf16", "fp16", "fp8", "flops_per_s",
                  # plan static_comparison: averages and shares
-                 "mean_tokens", "paged_reserved_tokens", "paged_waste", "static_waste"}
+                 "mean_tokens", "paged_reserved_tokens", "paged_waste", "static_waste",
+                 # SGLang 0.5.23's DSV4PoolConfigurator prices a token in fractional bytes (compressed entries
+                 # every 4 / 128 tokens): bytes_per_full_token 7,086.75 for Flash, as SGLang computes it
+                 "bytes_per_full_token", "bytes_per_swa_token"}
 
 
 def _asks_json(argv: list[str]) -> bool:
