@@ -904,13 +904,6 @@ def _hybrid_swa_batch(prepared: Prepared, ctx: int, budgets: list[int]) -> int:
     return min(fits_) if fits_ else 0
 
 
-def mamba_cap(prepared: Prepared, budgets: list[int]) -> int | None:
-    """_resolve_max_num_reqs' Mamba bound: max_mamba_cache_size // state slots per running request."""
-    if not prepared.mamba_per_req:
-        return None
-    return min(prepared.mamba_split(b)[0] for b in budgets) // prepared.mamba_ratio
-
-
 def fits(prepared: Prepared, ctx: int, batch: int, budgets: list[int]) -> bool:
     if not prepared.dsv4 and not prepared.hybrid_swa and prepared.has_fixed_state():
         return all(prepared.stage_bytes(ctx, batch, s) <= budgets[s] for s in range(len(prepared.stages)))
@@ -923,7 +916,7 @@ def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], 
         return _dsv4_capacity(prepared, ctx, budgets, opts, max_model_len)
     n = _token_pool(prepared, budgets)
     extra: dict[str, Any] = {}
-    swa_message = None
+    refusal = None
     if prepared.hybrid_swa:
         full_tokens, swa_tokens = hybrid_pool_tokens(prepared, budgets)
         n = full_tokens or swa_tokens
@@ -932,23 +925,23 @@ def capacity(prepared: Prepared, spec: ModelSpec, ctx: int, budgets: list[int], 
         # 0.5.23 MemoryPoolConfigurator.validate_swa_pool_size: an SWA pool at or below window + page never admits
         floor = max(windows) + prepared.page if windows else 0
         if prepared.selected.rules.swa_ratio_cell and full_tokens and windows and floor >= swa_tokens:
-            swa_message = (f"SWA pool ({swa_tokens} tokens) cannot hold even one request: the prefill admission floor "
+            refusal = (f"SWA pool ({swa_tokens} tokens) cannot hold even one request: the prefill admission floor "
                            f"is sliding_window_size ({max(windows)}) + page_size ({prepared.page}) "
                            "(SGLang refuses to start)")
     context_len = int(opts.get("context_length") or prepared.context_len or max_model_len or ctx)
     est = min(max(int(n / context_len * 512), 2048), 4096) if context_len else 2048
     user = opts.get("max_running_requests")
     cap = min(int(user), est) if user else min(est, n // 2)  # _resolve_max_num_reqs
-    if prepared.mamba_per_req:
+    if prepared.mamba_per_req:  # _resolve_max_num_reqs: at most max_mamba_cache_size // state slots a request
         k = min(prepared.mamba_split(b)[0] for b in budgets)
         cap = min(cap, k // prepared.mamba_ratio)
         extra = {"max_mamba_cache_size": k, "mamba_cache_per_req": prepared.mamba_per_req,
                  "mamba_slots_per_request": prepared.mamba_ratio}
         if k <= 0 or cap <= 0:
-            swa_message = (f"Not enough GPU memory for the hybrid state cache (max_mamba_cache_size {k}, "
+            refusal = (f"Not enough GPU memory for the hybrid state cache (max_mamba_cache_size {k}, "
                            f"{prepared.mamba_ratio} slots a running request; SGLang refuses to start)")
-    start = n > 0 and swa_message is None
-    message = swa_message if n > 0 else ("Not enough memory. Please try to increase --mem-fraction-static. "
+    start = n > 0 and refusal is None
+    message = refusal if n > 0 else ("Not enough memory. Please try to increase --mem-fraction-static. "
                                          "(SGLang refuses to start)")
     held = ctx + prepared.encoder_tokens
     return base.Capacity(max_batch(prepared, ctx, budgets), n, round(n / held, 2) if ctx else None, cap, start, message,
