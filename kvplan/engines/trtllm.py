@@ -68,6 +68,10 @@ ENGINE = EngineInfo(
 # V1's KvCacheConfig defaults (tokens_per_block 32, free_gpu_memory_fraction 0.9) are 1.0's and the 1.3.0rc27 /
 # 1.4.0rc4 references still list them.
 LAST_V1_PRERELEASE = "1.3.0rc22"
+# PR #12185 (merged about mid-April 2026) moved a hybrid's Mamba state into the KV pool (CppMambaHybridCacheManager);
+# 1.3.0rc8 shipped on 2026-03-17 without it, and which pre-release first had it is not established (rc12 or rc13):
+# kvplan refuses hybrids from the later one
+MAMBA_IN_POOL_FROM = "1.3.0rc13"
 
 
 def release_key(version: str) -> tuple[int, int, int, float]:
@@ -221,10 +225,14 @@ class IndexerBlockPool(LatentBlockPool):
 
 @dataclass(frozen=True)
 class StateBuffers:
-    """Mamba conv (kernel - 1, conv_dim / tp) and SSM states per request, in the state dtype."""
+    """Mamba conv (kernel - 1, conv_dim / tp) and SSM states, in the state dtype (the model dtype under
+    mamba_ssm_cache_dtype "auto"): MambaHybridCacheManager allocates them for max_batch_size slots before the KV
+    pool is sized (_torch/pyexecutor/mamba_cache_manager.py MambaCacheManager.__init__), so KvCacheCreator's profile
+    counts them as used memory and the pool's tokens are attention-only; a request is charged no state bytes."""
 
-    per_request_bytes = True
+    per_request_bytes = False
     in_max_tokens = False
+    reserved_slots = True
 
     def token_bytes(self, c: RecurrentState, p: "Prepared") -> int:
         return 0
@@ -295,6 +303,11 @@ class Prepared(layout.StagedLayout):
 
     def charges_requests(self) -> bool:
         return any(getattr(_rule(c), "per_request_bytes", False) for st in self.stages for _, c in st)
+
+    def state_slot_bytes(self, stage: int) -> int:
+        """One slot of the stage's Mamba state buffers (conv + SSM of its state layers)."""
+        return sum(_rule(c).group(c, [i], 1, 1, self).bytes for i, c in self.stages[stage]
+                   if getattr(_rule(c), "reserved_slots", False))
 
     def groups_of(self, ctx: int, batch: int, stage: int) -> list[PlanGroup]:
         out = []
@@ -376,6 +389,17 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
         notes.append("sliding/chunked layers keep the whole context: TensorRT-LLM's V1 manager takes windows only "
                      "from KvCacheConfig.max_attention_window (unset by default); a launch that sets it (VSWA) is not "
                      "modelled (its per-window memory split and sliding reservations changed between releases)")
+    if any(isinstance(_rule(c), StateBuffers) for _, c in spec.caches):
+        version = selected.asked
+        if release_key(version) >= release_key(MAMBA_IN_POOL_FROM):
+            raise layout.UnsupportedKind(
+                f"{ENGINE.name}@{version}: from PR #12185 (merged about mid-April 2026; the first pre-release with it, "
+                f"around {MAMBA_IN_POOL_FROM}, is not established) TensorRT-LLM keeps a hybrid's Mamba state as blocks "
+                "in the KV pool (CppMambaHybridCacheManager), whose sizing kvplan has not read; trtllm@1.2 plans the "
+                "separate state buffers of the releases before it")
+        notes.append(f"Mamba state buffers for max_batch_size ({int(opts.get('max_batch_size') or DEFAULT_MAX_BATCH_SIZE)}) "
+                     "slots, allocated before the KV pool and counted as used memory by its profile "
+                     "(MambaHybridCacheManager); the pool's tokens are the attention layers'")
     if selected.note:
         notes.append(selected.note)
     state = kvd.state or base.serving_dtype(spec)
@@ -402,6 +426,11 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
         ctxb = overhead.CUDA_CONTEXT_BYTES + (overhead.NCCL_BYTES if prepared.tp * prepared.pp > 1 else 0)
         other = act + ctxb
         parts = [("activation peak at max_num_tokens 8192 (estimate)", -act), ("CUDA context/NCCL (estimate)", -ctxb)]
+    slot = prepared.state_slot_bytes(stage)
+    if slot:  # the Mamba state buffers, live while KvCacheCreator profiles: used memory before the fraction
+        slots = int(opts.get("max_batch_size") or DEFAULT_MAX_BATCH_SIZE)
+        other += slots * slot
+        parts.append((f"Mamba state buffers: {slots} slots (max_batch_size) x {slot:,} B", -slots * slot))
     free = gpu.cuda_total - weights - other
     kv = int(free * frac)
     parts = [("total", gpu.cuda_total), ("weights", -weights), *parts, (f"x free_gpu_memory_fraction {frac}", kv - free)]
