@@ -176,6 +176,7 @@ MaxRunningRequests = Annotated[Optional[str], _knob("--max-running-requests", "s
 ContextLength = Annotated[Optional[str], _knob("--context-length", "sglang: the engine's context length (default: the model max)")]
 MambaFullMemRatio = Annotated[Optional[str], _knob("--mamba-full-memory-ratio", "sglang, hybrids: Mamba state pool / token pool memory (0.9)")]
 MaxMambaCacheSize = Annotated[Optional[str], _knob("--max-mamba-cache-size", "sglang, hybrids: Mamba state slots (default: from the memory ratio)")]
+DisableRadixCache = Annotated[Optional[bool], _knob("--disable-radix-cache", "sglang, hybrids: one Mamba slot a request; with --max-running-requests that many slots")]
 FreeGpuMemFraction = Annotated[Optional[str], _knob("--free-gpu-memory-fraction", "trtllm: fraction of free memory for KV (0.9)")]
 MaxTokens = Annotated[Optional[str], _knob("--max-tokens", "trtllm: KvCacheConfig.max_tokens")]
 MaxBatchSize = Annotated[Optional[str], _knob("--max-batch-size", "trtllm: running-request limit")]
@@ -293,6 +294,7 @@ def fit(
     mem_fraction_static: MemFractionStatic = None, max_total_tokens: MaxTotalTokens = None,
     max_running_requests: MaxRunningRequests = None, context_length: ContextLength = None,
     mamba_full_memory_ratio: MambaFullMemRatio = None, max_mamba_cache_size: MaxMambaCacheSize = None,
+    disable_radix_cache: DisableRadixCache = None,
     free_gpu_memory_fraction: FreeGpuMemFraction = None, max_tokens: MaxTokens = None,
     max_batch_size: MaxBatchSize = None,
     block_size: BlockSize = None, max_num_batched_tokens: MaxBatchedTokens = None, async_scheduling: AsyncSched = None,
@@ -324,7 +326,8 @@ def fit(
                        max_total_tokens=max_total_tokens, max_running_requests=max_running_requests,
                        context_length=context_length, free_gpu_memory_fraction=free_gpu_memory_fraction,
                        max_tokens=max_tokens, max_batch_size=max_batch_size, parallel=parallel, ctx_size=ctx_size,
-                       mamba_full_memory_ratio=mamba_full_memory_ratio, max_mamba_cache_size=max_mamba_cache_size),
+                       mamba_full_memory_ratio=mamba_full_memory_ratio, max_mamba_cache_size=max_mamba_cache_size,
+                       disable_radix_cache=disable_radix_cache),
     )
     if encoder_len and not model:
         raise InputError("--encoder-len sizes one model's cross attention; give the model (MODEL or --model), the "

@@ -116,16 +116,17 @@ def _pick(path: str, cls: str | None, names: set[str]):
     return compile(ast.Module(body=keep, type_ignores=[]), path, "exec")
 
 
-def split_0_5_23(per_req: int, rest_gib: float, arch: str, ratio_r: float = 0.9, pp: int = 1):
+def split_0_5_23(per_req: int, rest_gib: float, arch: str, ratio_r: float = 0.9, pp: int = 1,
+                 radix_off: bool = False, max_running_requests: int | None = None):
     """0.5.23 KVCacheConfigurator._handle_max_mamba_cache and _calculate_mamba_ratio: (K, rest left in GiB, slots
     a running request takes)."""
     path = f"{SRC}/srt/mem_cache/kv_cache_configurator.py"
     extra = literal_frozenset(f"{SRC}/srt/arg_groups/overrides.py", "_MAMBA_EXTRA_BUFFER_ARCHS")
-    schedule = NS(max_mamba_cache_size=None, mamba_full_memory_ratio=ratio_r, max_running_requests=None,
+    schedule = NS(max_mamba_cache_size=None, mamba_full_memory_ratio=ratio_r, max_running_requests=max_running_requests,
                   disable_overlap_schedule=False)
-    g = dict(get_schedule=lambda: schedule, get_memory=lambda: NS(disable_radix_cache=False),
+    g = dict(get_schedule=lambda: schedule, get_memory=lambda: NS(disable_radix_cache=radix_off),
              get_exec=lambda: NS(mamba=NS(enable_linear_replayssm_spec=False,
-                                          enable_mamba_extra_buffer=arch in extra,
+                                          enable_mamba_extra_buffer=arch in extra and not radix_off,
                                           enable_mamba_extra_buffer_lazy=False)),
              get_spec=lambda: NS(speculative_num_draft_tokens=None),
              get_context=lambda: NS(override=lambda _why, **kw: schedule.__dict__.update(kw)),

@@ -257,3 +257,17 @@ def test_explain_reproduces_the_state_pool_of_the_0_5_21_omni_log(monkeypatch):
     assert {verdicts[w] for w in ("conv_state_size", "ssm_state_size", "k_size", "v_size")} == {"reproduced"}
     one_gpu = explain(entry["log"], Overrides(model="nemotron-3-nano", engine="sglang@0.5.21", tp=1, offline=True))
     assert {f.printed.what: f.verdict for f in one_gpu.findings}["ssm_state_size"] == "differs"
+
+
+@pytest.mark.parametrize("mrr", [None, 8])
+def test_radix_cache_off_equals_sglang_0_5_23(sources, mrr):
+    """--disable-radix-cache: one slot a running request; with --max-running-requests, that many slots."""
+    alias, budget = "nemotron-3-nano", 20 * GiB
+    _, params = oracle.cache_params(config(alias), 1)
+    k, rest, ratio = oracle.split_0_5_23(params.mamba_cache_per_req, budget / GiB, config(alias)["architectures"][0],
+                                         radix_off=True, max_running_requests=mrr)
+    extra = ("--disable-radix-cache",) + (("--max-running-requests", str(mrr)) if mrr else ())
+    got = fit(alias, "sglang@0.5.23", budget, 1, *extra)
+    d = got["engine_details"]
+    assert (d["max_mamba_cache_size"], d["mamba_slots_per_request"]) == (k, ratio) and ratio == 1
+    assert got["kv_capacity_tokens"] == int(rest * GiB) // cell(alias, 1)

@@ -89,6 +89,8 @@ LISTINGS: dict[str, Listing] = {row.name: row for row in (
              layout=False),
         Knob("max_mamba_cache_size", "count", "hybrids: Mamba state slots (default: from the memory ratio)",
              layout=False),
+        Knob("disable_radix_cache", "bool", "hybrids: one Mamba state slot a running request, and with "
+                                            "--max-running-requests that many slots", layout=False),
     )),
     Listing("llamacpp", "kvplan.engines.llamacpp", ("llama.cpp", "llama-cpp", "llama_cpp"), "llama.cpp KV cells",
             knob_table(

@@ -650,9 +650,10 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
                         int(cap) if cap else None, plain_fp8, encoder_tokens, context_len)
     if any(issubclass(k, RecurrentState) for k in kinds):
         prepared = _mamba_pool(prepared, spec, opts)
-    elif opts.get("mamba_full_memory_ratio") or opts.get("max_mamba_cache_size"):
+    elif opts.get("mamba_full_memory_ratio") or opts.get("max_mamba_cache_size") or opts.get("disable_radix_cache"):
         prepared = replace(prepared, assumptions=prepared.assumptions + (
-            "--mamba-full-memory-ratio / --max-mamba-cache-size ignored: this model keeps no Mamba state",))
+            "--mamba-full-memory-ratio / --max-mamba-cache-size / --disable-radix-cache change nothing here: this "
+            "model keeps no Mamba state (the radix cache does not change a token pool's size)",))
     return prepared
 
 
@@ -669,16 +670,20 @@ def _mamba_pool(p: Prepared, spec: ModelSpec, opts: dict[str, Any]) -> Prepared:
                                      "0.5.10-0.5.23 only (handle_max_mamba_cache); --engine sglang@0.5 or later "
                                      "plans this hybrid")
     per_req = max(per_stage) if new else sum(per_stage)
-    if spec.architecture in rules.mamba_radix_off:
-        ratio, why = 1, "radix cache off for this model"
+    radix_off = bool(opts.get("disable_radix_cache"))
+    if radix_off or spec.architecture in rules.mamba_radix_off:
+        ratio, why = 1, "radix cache off" + ("" if radix_off else " for this model")
     elif spec.architecture in rules.mamba_extra_buffer:
         ratio, why = MAMBA_RUNNING_RATIO + 2, "radix cache, mamba_radix_cache_strategy 'auto' -> extra_buffer: 2 tracking slots"
     else:
         ratio, why = MAMBA_RUNNING_RATIO, "radix cache, no extra buffer"
     r = float(opts.get("mamba_full_memory_ratio") or MAMBA_FULL_MEMORY_RATIO)
     given = opts.get("max_mamba_cache_size")
+    if given is None and radix_off and opts.get("max_running_requests"):
+        given = opts["max_running_requests"]  # handle_max_mamba_cache: the radix cache off, one slot a running request
     note = (f"Mamba state pool (MambaPool): {per_req:,} B a slot ({'the largest stage' if new else 'every state layer'}); "
-            + (f"--max-mamba-cache-size {int(given)} slots" if given else
+            + (f"{int(given)} slots (--max-mamba-cache-size, or --max-running-requests with the radix cache off)"
+               if given else
                f"r / (1 + r) of the KV budget, r = mamba_full_memory_ratio {r}")
             + (", plus the pool's padding slot" if new else "") + f"; the token pool gets the rest; {ratio} slot(s) a "
             f"running request ({why}), so max_running_requests <= max_mamba_cache_size // {ratio}")
