@@ -2,8 +2,8 @@
 own source (nothing imported from an installed sglang; the files are executed with their runtime context stubbed
 to a default NVIDIA launch: one GPU per attention-TP rank, no speculative decoding, radix cache on):
 
-- the state a request holds: configs/qwen3_next.py Qwen3NextConfig / configs/nemotron_h.py NemotronHConfig
-  .mamba2_cache_params on the bundled config.json, configs/mamba_utils.py Mamba2StateShape and mamba_cache_per_req
+- the state a request holds: configs/qwen3_next.py Qwen3NextConfig, configs/nemotron_h.py NemotronHConfig,
+  configs/lfm2.py Lfm2Config, configs/kimi_linear.py KimiLinearConfig .mamba2_cache_params on the configs, configs/mamba_utils.py Mamba2StateShape and mamba_cache_per_req
   (0.5.23 wheel);
 - the split: 0.5.10's model_executor/model_runner_kv_cache_mixin.py handle_max_mamba_cache and 0.5.23's
   mem_cache/kv_cache_configurator.py _handle_max_mamba_cache (K = max_mamba_cache_size and the rest left for
@@ -33,6 +33,7 @@ SRC = os.environ.get("KVPLAN_SGLANG_SRC", "/tmp/sg/src/sglang")
 SRC_0_5_10 = os.environ.get("KVPLAN_SGLANG_0_5_10_SRC", "/tmp/sg10/src/sglang")
 ROOT = Path(__file__).resolve().parent.parent
 NEEDED = ("srt/configs/mamba_utils.py", "srt/configs/qwen3_next.py", "srt/configs/nemotron_h.py",
+          "srt/configs/lfm2.py", "srt/configs/kimi_linear.py",
           "srt/mem_cache/kv_cache_configurator.py", "srt/mem_cache/allocation_sizing.py", "srt/arg_groups/overrides.py")
 NEEDED_0_5_10 = ("srt/model_executor/model_runner_kv_cache_mixin.py",)
 
@@ -62,9 +63,8 @@ _TP = {"tp": 1}
 
 def _load_configs():
     """SGLang's config classes and state shapes, executed from the 0.5.23 source with its runtime stubbed."""
-    if "sglang.srt.configs.nemotron_h" in sys.modules and hasattr(sys.modules["sglang.srt.configs.nemotron_h"],
-                                                                   "NemotronHConfig"):
-        return sys.modules["sglang.srt.configs.qwen3_next"], sys.modules["sglang.srt.configs.nemotron_h"]
+    if hasattr(sys.modules.get("sglang.srt.configs.kimi_linear"), "KimiLinearConfig"):
+        return [sys.modules[f"sglang.srt.configs.{n}"] for n in ("qwen3_next", "nemotron_h", "lfm2", "kimi_linear")]
     for name in ("sglang", "sglang.srt", "sglang.srt.configs", "sglang.srt.distributed"):
         _module(name)
 
@@ -79,27 +79,25 @@ def _load_configs():
     _module("sglang.srt.runtime_context", get_parallel=lambda: NS(attn_tp_size=_TP["tp"]),
             linear_attn_tp_size=lambda: _TP["tp"])
     out = []
-    for short in ("mamba_utils", "qwen3_next", "nemotron_h"):
+    for short in ("mamba_utils", "qwen3_next", "nemotron_h", "lfm2", "kimi_linear"):
         name = f"sglang.srt.configs.{short}"
         spec = importlib.util.spec_from_file_location(name, f"{SRC}/srt/configs/{short}.py")
         m = importlib.util.module_from_spec(spec)
         sys.modules[name] = m
         spec.loader.exec_module(m)
         out.append(m)
-    return out[1], out[2]
+    return out[1:]
 
 
 def cache_params(config: dict, tp: int):
-    """SGLang's mamba2_cache_params for a bundled config.json at attention TP `tp`."""
-    qwen3_next, nemotron_h = _load_configs()
+    """SGLang's config object and its mamba2_cache_params for a config.json at attention TP `tp`."""
+    qwen3_next, nemotron_h, lfm2, kimi_linear = _load_configs()
     _TP["tp"] = tp
     text = config.get("text_config") or config
-    if config["model_type"].startswith(("qwen3_next", "qwen3_5")):
-        cls = qwen3_next.Qwen3NextConfig
-    elif config["model_type"] == "nemotron_h":
-        cls = nemotron_h.NemotronHConfig
-    else:
-        raise ValueError(config["model_type"])
+    classes = {"qwen3_next": qwen3_next.Qwen3NextConfig, "qwen3_5": qwen3_next.Qwen3NextConfig,
+               "qwen3_5_moe": qwen3_next.Qwen3NextConfig, "nemotron_h": nemotron_h.NemotronHConfig,
+               "lfm2": lfm2.Lfm2Config, "kimi_linear": kimi_linear.KimiLinearConfig}
+    cls = classes[config["model_type"]]
     keep = {k: v for k, v in text.items() if k not in ("architectures", "model_type", "auto_map")}
     c = cls(**keep)
     return c, c.mamba2_cache_params

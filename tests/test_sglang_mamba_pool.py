@@ -24,28 +24,37 @@ from conftest import ROOT, kvjson, run_cli
 import oracle_sglang_mamba as oracle
 
 GiB = 1 << 30
-MODELS = {  # alias -> bundled config directory
-    "qwen3-next-80b-a3b": "Qwen--Qwen3-Next-80B-A3B-Thinking",
-    "nemotron-3-nano": "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
-    "qwen3.5-27b": "Qwen--Qwen3.5-27B",
+KIMI = ROOT / "tests" / "data" / "wild-configs" / "moonshotai--Kimi-Linear-48B-A3B-Instruct" / "config.json"
+MODELS = {  # the model as kvplan takes it -> its config.json (bundled, or Moonshot's own for Kimi Linear)
+    "qwen3-next-80b-a3b": ROOT / "model_configs" / "Qwen--Qwen3-Next-80B-A3B-Thinking" / "config.json",
+    "nemotron-3-nano": ROOT / "model_configs" / "nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16" / "config.json",
+    "qwen3.5-27b": ROOT / "model_configs" / "Qwen--Qwen3.5-27B" / "config.json",
+    "lfm2-1.2b": ROOT / "model_configs" / "LiquidAI--LFM2-1.2B" / "config.json",
+    str(KIMI): KIMI,
 }
 
 
 def config(alias: str) -> dict:
-    return json.loads((ROOT / "model_configs" / MODELS[alias] / "config.json").read_text())
+    return json.loads(MODELS[alias].read_text())
 
 
 def cell(alias: str, tp: int) -> int:
-    """bf16 K and V of the full-attention layers' KV heads on one rank (SGLang divides the KV heads by the attention
-    TP size, at least one head a rank)."""
+    """One token of the pooled layers on one rank, bf16: K and V of the full-attention layers' KV heads (SGLang
+    divides them by the attention TP size, at least one a rank), or Kimi Linear's MLA latent (kv_lora_rank + rope,
+    not divided)."""
     c = config(alias)
     text = c.get("text_config") or c
+    if "linear_attn_config" in text:
+        return len(text["linear_attn_config"]["full_attn_layers"]) * (text["kv_lora_rank"] + text["qk_rope_head_dim"]) * 2
     if "hybrid_override_pattern" in text:
         full = text["hybrid_override_pattern"].count("*")
+    elif "full_attn_idxs" in text:
+        full = len(text["full_attn_idxs"])
     else:
         full = text["num_hidden_layers"] // text["full_attention_interval"]
+    head_dim = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
     heads = max(1, text["num_key_value_heads"] // tp)
-    return full * heads * text["head_dim"] * 2 * 2
+    return full * heads * head_dim * 2 * 2
 
 
 def fit(alias: str, engine: str, budget: int, tp: int = 1, *extra: str) -> dict:
@@ -83,7 +92,8 @@ def test_split_equals_sglang_0_5_10(sources, alias, tp, budget):
     k, rest = oracle.split_0_5_10(params.mamba_cache_per_req, budget / GiB)
     r = fit(alias, "sglang@0.5", budget, tp)
     assert r["engine_details"]["max_mamba_cache_size"] == k
-    assert r["engine_details"]["mamba_slots_per_request"] == 3  # no_buffer, radix cache on (0.5.10 server_args.py)
+    # no_buffer with the radix cache (0.5.10 server_args.py); Kimi Linear runs without it
+    assert r["engine_details"]["mamba_slots_per_request"] == (1 if alias == str(KIMI) else 3)
     assert r["kv_capacity_tokens"] == int(rest * GiB) // cell(alias, tp)
 
 
@@ -198,9 +208,7 @@ def test_kimi_linear_slots_by_version(tmp_path):
     0.5.16 (5)."""
     from conftest import write_config
 
-    path = write_config(tmp_path, "kl", json.loads((ROOT / "tests" / "data" / "wild-configs"
-                                                     / "moonshotai--Kimi-Linear-48B-A3B-Instruct" / "config.json")
-                                                    .read_text()))
+    path = write_config(tmp_path, "kl", json.loads(KIMI.read_text()))
     got = {v: kvjson("fit", path, "--gpu", "2xH200", "--tp", "2", "--engine", f"sglang@{v}", "--ctx", "8192",
                      "--kv-budget", "40GiB")["results"][0]["engine_details"]["mamba_slots_per_request"]
            for v in ("0.5.10", "0.5.14", "0.5.16")}
