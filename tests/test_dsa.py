@@ -61,6 +61,28 @@ def test_sglang_0_5_23_reads_a_plain_fp8_latent_on_blackwell():
         assert r["kv_capacity_tokens"] == budget // (78 * (latent + 132)) // 64 * 64, gpu
 
 
+def test_sglang_rocm_glm5_log_takes_page_one(wild):
+    """An SGLang v0.5.8.post1 ROCm start-up of GLM-5-FP8 on 8x MI355X (tests/data/wild-logs.yaml): 'Setting page size
+    to 1 for DeepSeek DSA on ROCm' (0.5.10 server_args.py is_hip), fp8 KV. Its KV size, 186.77 GiB at 3,262,823
+    tokens, is N + 1 rows of 78 x (656 + 132) B: the ROCm page; CUDA's page of 64 would print 186.78. 0.5.23 picks
+    the ROCm page by its aiter kernels, which kvplan does not know: refused there."""
+    log = wild["sglang-v0.5.8.post1-rocm-glm-5-fp8-8xmi355x-tp8-fp8e4m3kv-page1-triton"]["log"]
+    assert "Setting page size to 1 for DeepSeek DSA on ROCm" in log
+    tokens = int(printed(log, r"#tokens: (\d+)"))
+    size = printed(log, r"KV size: ([\d.]+) GB")
+    assert in_printed((tokens + 1) * 78 * (656 + 132), size, GiB)
+    assert not in_printed((tokens + 64) * 78 * (656 + 132), size, GiB)
+    budget = 78 * 788 * 1_000_003
+    common = ("--model", "glm-5", "--kv-dtype", "fp8", "--engine", "sglang@0.5", "--ctx", "8k", "--tp", "8",
+              "--kv-budget", f"{budget}B")
+    amd = kvjson("fit", "--gpu", "8xMI355X", *common)["results"][0]
+    cuda = kvjson("fit", "--gpu", "8xH200", *common)["results"][0]
+    assert amd["engine_details"]["page_size"] == 1 and amd["kv_capacity_tokens"] == 1_000_003
+    assert cuda["engine_details"]["page_size"] == 64 and cuda["kv_capacity_tokens"] == 1_000_003 // 64 * 64
+    r = run_cli("fit", "--gpu", "8xMI355X", "--model", "glm-5", "--engine", "sglang@0.5.23")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1 and "AMD" in r.err, r.err
+
+
 # ---------------------------------------------------------------------------------------------- vLLM
 def test_vllm_glm51_capacity_from_the_printed_budget(wild):
     """local-inference-lab/rtx6kpro GLM-5.1 on 8x RTX PRO 6000, TP 8, fp8 (fp8_ds_mla): given the printed

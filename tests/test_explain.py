@@ -55,8 +55,13 @@ MODEL_FOR = {
     "vllm-lfm2.5-1.2b-instruct-1xsm90-tp1-len32768-fp8kv-gmu0.95-align-block16-v0.26.0": "lfm2-1.2b",
     "sglang-0.5.18-qwen3.8-27b-fp8-1xh100-80gb-tp1-msf0.85-mrr32": "qwen3.5-27b",
     "sglang-0.5.21-nemotron-3-nano-omni-30b-a3b-reasoning-nvfp4-4xgb10-tp4-fp8kv": "nemotron-3-nano",
+    "sglang-v0.5.8.post1-rocm-glm-5-fp8-8xmi355x-tp8-fp8e4m3kv-page1-triton": "glm-5",
 }
-TP_FOR = {"sglang-0.5.21-nemotron-3-nano-omni-30b-a3b-reasoning-nvfp4-4xgb10-tp4-fp8kv": 4}  # the excerpt prints none
+# what the excerpts print nowhere (each entry's own fields say it)
+TP_FOR = {"sglang-0.5.21-nemotron-3-nano-omni-30b-a3b-reasoning-nvfp4-4xgb10-tp4-fp8kv": 4,
+          "sglang-v0.5.8.post1-rocm-glm-5-fp8-8xmi355x-tp8-fp8e4m3kv-page1-triton": 8}
+GPU_FOR = {"sglang-v0.5.8.post1-rocm-glm-5-fp8-8xmi355x-tp8-fp8e4m3kv-page1-triton": "8xMI355X"}
+ENGINE_FOR = {"sglang-v0.5.8.post1-rocm-glm-5-fp8-8xmi355x-tp8-fp8e4m3kv-page1-triton": "sglang@0.5.8"}
 HYBRID_LOGS = [k for k, v in MODEL_FOR.items() if k.startswith("vllm-") and v in (
     "nemotron-3-nano", "qwen3-next-80b-a3b", "qwen3.5-35b-a3b", "qwen3.5-27b", "lfm2-1.2b")]
 CTX_FOR = {"ollama-gemma3-4b-128k-swa-rtx5080": "131072"}  # the excerpt prints no n_ctx; the entry's table row says 128K
@@ -90,6 +95,7 @@ KNOWN_UNREAD = {
     r"^▎|fixes it:": "a person's prose in the issue, not the engine's output",
     r"Overriding num_gpu_blocks=0 with num_gpu_blocks_override": "vLLM's CUDA-graph profiling sizes a dummy cache "
                                                                  "(not the pool)",
+    r"Set NSA backends for \w+ KV Cache": "SGLang's choice of DSA kernels for the KV dtype (no size)",
     r"(is equivalent to|increase) --gpu-memory-utilization": "vLLM's advice on "
         "gpu_memory_utilization (fractions, read as the setting; no size)",
 }
@@ -141,7 +147,8 @@ def kv_dtype_for(entry: dict) -> str | None:
 def run(entry: dict, tmp_path: Path):
     return explain(entry["log"], Overrides(model=model_for(entry, tmp_path), kv_dtype=kv_dtype_for(entry),
                                            ctx=int(CTX_FOR[entry["id"]]) if entry["id"] in CTX_FOR else None,
-                                           tp=TP_FOR.get(entry["id"]), offline=True))
+                                           tp=TP_FOR.get(entry["id"]), gpu=GPU_FOR.get(entry["id"]),
+                                           engine=ENGINE_FOR.get(entry["id"]), offline=True))
 
 
 @pytest.mark.parametrize("case_id", sorted(ENTRIES))

@@ -86,6 +86,15 @@ VERSIONS = [("0.4", Rules(False, kda=False, short_conv=False, cohere2_smollm3=Fa
 MAMBA_FULL_MEMORY_RATIO = 0.9  # --mamba-full-memory-ratio default (server_args.py 0.5.10; arg_groups 0.5.23 fallback)
 MAMBA_RUNNING_RATIO = 3  # MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO: state slots per running request, radix cache on
 DSA_PAGE = 64  # arg_groups/model_overrides/deepseek_v2.py: DSA models run with page_size 64 (even over --page-size)
+# ... on CUDA. On ROCm, 0.5.10's server_args.py sets page_size 1 for DSA models (an 0.5.8 MI355X GLM-5 log's KV size
+# is N + 1 rows of the record); 0.5.23 sets 1 only where aiter's preshuffle paged-MQA kernel is unavailable (a
+# property of the ROCm stack), else the pooled-index page: not modelled there
+DSA_ROCM_PAGE = 1
+AMD_GPU_WORDS = ("mi300", "mi325", "mi350", "mi355", "mi250", "instinct", "radeon")
+
+
+def is_amd(gpu: base.GpuContext | None) -> bool:
+    return gpu is not None and any(k in (gpu.name or "").lower() for k in AMD_GPU_WORDS)
 KV_DTYPES = ("fp16", "bf16", "fp32", "fp8_e4m3", "fp8_e5m2")  # cache dtypes this engine can store
 LISTED = LISTINGS["sglang"]
 KNOBS = LISTED.knobs
@@ -601,6 +610,14 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     given = int(opts.get("page_size") or 0)
     page = DSA_PAGE if sparse else given or 1
     why = " (DSA models run with 64)" if sparse else "" if given else " (SGLang default)"
+    if sparse and is_amd(gpu):
+        if selected.rules.gemma4_step37:  # the 0.5.23 rule set
+            raise layout.UnsupportedKind(
+                f"{selected.label} cannot size DeepSeek sparse attention on an AMD GPU: its page is 1 only where "
+                "aiter's preshuffle paged-MQA kernel is unavailable, else the pooled-index page "
+                "(arg_groups/model_overrides/deepseek_v2.py), which depends on the ROCm stack; sglang@0.5 sizes the "
+                "0.5.10-era rule (page 1 on ROCm)")
+        page, why = DSA_ROCM_PAGE, " (DSA on ROCm runs with 1: server_args.py)"
     if spec.family == "gemma4" and arch == "blackwell" and page not in TRTLLM_MHA_PAGES:
         page, why = 64, " (Gemma 4 on SM100 runs trtllm_mha, which needs 16/32/64/128-token pages: SGLang picks 64)"
     notes = [f"page size {page} token(s){why}; each pool allocates one extra page of padding rows", *family_notes]
@@ -694,8 +711,7 @@ def _mamba_pool(p: Prepared, spec: ModelSpec, opts: dict[str, Any]) -> Prepared:
 def _prepare_dsv4(spec: ModelSpec, stages: tuple[layout.Caches, ...], tp: int, pp: int, kvd: KVDtypes,
                   selected: Selected[Rules], opts: dict[str, Any], gpu: base.GpuContext | None) -> Prepared:
     """DeepSeek-V4 on SGLang 0.5.23's DSV4PoolConfigurator / DeepSeekV4TokenToKVPool (sglang_dsv4.py)."""
-    name = (gpu.name or "").lower() if gpu is not None else ""
-    if any(k in name for k in ("mi300", "mi325", "mi350", "mi355", "mi250", "instinct")):
+    if is_amd(gpu):
         raise layout.UnsupportedKind("sglang cannot size this deepseek-v4 model on an AMD GPU: not modelled (kvplan "
                                      "read SGLang 0.5.23's NVIDIA flashmla pools; ROCm has the unified_kv_triton pool "
                                      "and aiter layouts)")

@@ -91,8 +91,12 @@ class Context:
     def size(self, ctx: int, **knobs: Any):
         from kvplan import sizing
 
+        from kvplan.planner import gpu_context
+
         eo = self.engine_options(**knobs)
-        s = sizing.setup(self.model_options(), eo, loaded=self.load())
+        # the GPU where the log or --gpu names one: some layouts depend on it (SGLang's DSA page on ROCm)
+        gpu = gpu_context(self.gpu) if self.gpu_known else None
+        s = sizing.setup(self.model_options(), eo, loaded=self.load(), gpu=gpu)
         return s, s.prepared.plan(ctx, 1)
 
     def command(self) -> str:

@@ -58,6 +58,9 @@ def read(text: str) -> LogFacts:
         f.set("mem_fraction_static", float(m.group(1).rstrip(".")), "the log text")
     if "kv_cache_dtype" in flags and flags["kv_cache_dtype"] != "auto":
         f.set("kv_dtype", dtype_word(flags["kv_cache_dtype"]) or flags["kv_cache_dtype"], "the command line")
+    m = re.search(r"Using KV cache dtype: (?:torch\.)?(\w+)", text)  # 0.5.x's model runner line
+    if m and dtype_word(m.group(1)):
+        f.set("kv_dtype", dtype_word(m.group(1)), "SGLang's KV-dtype line")
     m = re.search(r"Setting KV cache dtype to (\w+)", text)
     if m:
         f.set("kv_dtype", dtype_word(m.group(1)), "SGLang's server_args warning")
