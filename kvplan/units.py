@@ -110,7 +110,13 @@ def parse_ratio(text: str | float, what: str = "ratio") -> float:
     if isinstance(text, bool):
         raise InputError(f"{what}: expected a positive ratio like 0.9 or 1.5, got {text!r}")
     try:
-        value = float(text) if isinstance(text, (int, float)) else float(str(text).strip()[:40])
+        if isinstance(text, (int, float)):
+            value = float(text)
+        else:
+            t = str(text).strip()
+            if not t.isascii() or len(t) > 40:  # as parse_fraction: a long text is refused, never cut
+                raise ValueError(t)
+            value = float(t)
     except ValueError:
         raise InputError(f"{what}: {shown(text)} is not a ratio; use e.g. 0.9 or 1.5") from None
     if not (0 < value < 1000):  # NaN and inf fail this too

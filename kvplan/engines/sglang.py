@@ -62,6 +62,11 @@ class Rules:
     mamba_radix_off: frozenset = frozenset()
     mamba_extra_buffer: frozenset = frozenset()
 
+    @property
+    def mamba_padding_slot_charged(self) -> bool:
+        """0.5.17+: the state pool is charged K + 1 slots and per_req is the largest pipeline stage's."""
+        return self.mamba_pool == "k+1"
+
 
 # 0.5.10-0.5.13 server_args.py: Kimi Linear calls _handle_mamba_radix_cache(support_mamba_cache=False), radix cache
 # off; from 0.5.14 it keeps it. _MAMBA_EXTRA_BUFFER_ARCHS (server_args.py _support_mamba_cache_extra_buffer in 0.5.14,
@@ -372,7 +377,7 @@ class Prepared(layout.StagedLayout):
     def mamba_split(self, budget: int) -> tuple[int, int]:
         """(max_mamba_cache_size, the token pool's bytes) from a stage's KV budget, as SGLang splits the rest."""
         per, r, rest = self.mamba_per_req, self.mamba_memory_ratio, max(0, budget) / (1 << 30)
-        new = self.selected.rules.mamba_pool == "k+1"
+        new = self.selected.rules.mamba_padding_slot_charged
         if self.max_mamba_cache_size is not None:
             k = self.max_mamba_cache_size
         elif new:
@@ -679,7 +684,7 @@ def _mamba_pool(p: Prepared, spec: ModelSpec, opts: dict[str, Any]) -> Prepared:
     pipeline stage in 0.5.23: _handle_max_mamba_cache's pp_layer_scale), the slots a running request takes
     (_calculate_mamba_ratio) and the share of the budget it gets (--mamba-full-memory-ratio)."""
     rules = p.selected.rules
-    new = rules.mamba_pool == "k+1"
+    new = rules.mamba_padding_slot_charged
     per_stage = [sum(_rule(c).group(c, [i], 1, 1, p).bytes for i, c in p.stages[s] if isinstance(c, RecurrentState))
                  for s in range(len(p.stages))]  # (a kind the rule set predates is refused here, by name)
     if not p.selected.rules.mamba_pool:

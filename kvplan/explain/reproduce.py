@@ -90,7 +90,6 @@ class Context:
 
     def size(self, ctx: int, **knobs: Any):
         from kvplan import sizing
-
         from kvplan.planner import gpu_context
 
         eo = self.engine_options(**knobs)

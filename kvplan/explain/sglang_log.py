@@ -199,16 +199,18 @@ def _finding(c, p: Printed, several_pools: bool) -> Finding:
                    rel_error(tokens, float(p.value)) if tokens is not None else None)
 
 
+_NO_POOL = "kvplan's {} rules keep no Mamba state pool for this model"
+
+
 def _mamba_figure(c, p: Printed) -> Finding:
     """MambaPool's conv / SSM buffers at the printed slot count (K + 1 slots: slot 0 pads), and the running-request
     cap K // state slots a request; exact, no budget needed."""
     from kvplan.explain.reproduce import gib, rel_error
 
-    r = c.fit(kv_budget=1 << 40, ctx=None)
     if p.what == "mamba_request_cap":
-        ratio = r.capacity.details.get("mamba_slots_per_request")
+        ratio = c.fit(kv_budget=1 << 40, ctx=None).capacity.details.get("mamba_slots_per_request")
         if not ratio:
-            return Finding(p, NOT_REPRODUCED, "", f"kvplan's {c.engine} rules keep no Mamba state pool for this model")
+            return Finding(p, NOT_REPRODUCED, "", _NO_POOL.format(c.engine))
         cap = p.at // ratio
         how = f"max_mamba_cache_size {p.at} // {ratio} state slots a running request ({c.engine})"
         return Finding(p, REPRODUCED if cap == int(p.value) else DIFFERS, f"{cap:,}", how)
@@ -234,7 +236,7 @@ def _mamba_slots(c, p: Printed) -> Finding:
         lo, hi, fraction, where = measured
         a, b = (c.fit(kv_budget=max(0, v), ctx=None).capacity.details.get("max_mamba_cache_size") for v in (lo, hi))
         if a is None:
-            return Finding(p, NOT_REPRODUCED, "", f"kvplan's {c.engine} rules keep no Mamba state pool for this model")
+            return Finding(p, NOT_REPRODUCED, "", _NO_POOL.format(c.engine))
         how = (f"r / (1 + r) of SGLang's measured budget {lo / GiB:.3f} .. {hi / GiB:.3f} GiB (mem_fraction_static "
                f"{where}) over kvplan's state bytes a slot")
         shown = f"{a:,}" if a == b else f"{a:,} .. {b:,}"
@@ -247,7 +249,7 @@ def _mamba_slots(c, p: Printed) -> Finding:
                        "the log does not print; kvplan estimates it from the GPU: give --gpu")
     k = c.fit(kv_budget=None, ctx=None).capacity.details.get("max_mamba_cache_size")
     if k is None:
-        return Finding(p, NOT_REPRODUCED, "", f"kvplan's {c.engine} rules keep no Mamba state pool for this model")
+        return Finding(p, NOT_REPRODUCED, "", _NO_POOL.format(c.engine))
     return Finding(p, ESTIMATED, f"{k:,}", f"kvplan's budget model on {c.gpu.gpu.name}", rel_error(k, float(p.value)))
 
 
