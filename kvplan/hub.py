@@ -28,7 +28,10 @@ from typing import Any, TypeVar
 
 from kvplan import catalog
 from kvplan.errors import ConfigError, EnvironmentProblem, InputError, KvplanError, ModelNotFoundError
-from kvplan.model_ref import ModelRef, ResolvedModel, looks_like_hub_id, parse_json, read_config_file, read_text_file
+from kvplan.model_ref import (
+    MODELOPT_QUANT_FILE, ModelRef, ResolvedModel, looks_like_hub_id, needs_modelopt_quant_file, parse_json,
+    read_config_file, read_text_file, with_modelopt_quant,
+)
 
 T = TypeVar("T")
 
@@ -340,11 +343,81 @@ def _cached_file(repo_id: str, filename: str, revision: str) -> Path | None:
     return Path(hit) if isinstance(hit, str) else None
 
 
-def _from_file(path: Path, requested: str, repo_id: str, revision: str, source: str, notes: tuple[str, ...] = ()) -> ResolvedModel:
+def _from_file(path: Path, requested: str, repo_id: str, revision: str, source: str, notes: tuple[str, ...] = (),
+               fetch_quant: Callable[[str], None] | None = None) -> ResolvedModel:
+    """A cached config.json, with the hf_quant_config.json of the same commit when config.json has no
+    quantization_config (model_ref.with_modelopt_quant). fetch_quant(commit) asks the Hub for that file when the
+    cache does not know it; without it (offline, or the Hub just failed) an unknown answer is said in a note."""
     config = read_config_file(path, f"{repo_id} config.json ({source})")
     commit = path.parent.name  # snapshots/<commit>/config.json
+    if needs_modelopt_quant_file(config):
+        quant = _cached_quant_file(repo_id, commit)
+        if quant is None and fetch_quant is not None:
+            try:
+                fetch_quant(commit)
+            except KvplanError as e:  # the Hub failed on this file: said, the config stands
+                notes = (*notes, f"{MODELOPT_QUANT_FILE} not checked, so a ModelOpt export's quantization is not "
+                                 f"counted: {e}")
+                fetch_quant = None
+            else:
+                quant = _cached_quant_file(repo_id, commit) or False  # answered, even without a .no_exist marker
+        if isinstance(quant, Path):
+            config = with_modelopt_quant(config, quant, f"{repo_id} {MODELOPT_QUANT_FILE} ({source})")
+        elif quant is None and fetch_quant is None and not any(MODELOPT_QUANT_FILE in n for n in notes):
+            notes = (*notes, f"the Hugging Face cache does not say whether {repo_id}@{commit[:12]} has an "
+                             f"{MODELOPT_QUANT_FILE} (where ModelOpt exports up to 0.29 declare their quantization): "
+                             "counted as config.json alone says; `kvplan pull` while online settles it")
     ref = ModelRef(requested, repo_id, source, revision=revision, commit=commit, path=str(path), notes=notes)
     return ResolvedModel(ref, config)
+
+
+def _cached_quant_file(repo_id: str, commit: str) -> Path | bool | None:
+    """hf_quant_config.json at that commit in the HF cache: its path, False where the Hub answered that the repo
+    has none (huggingface_hub's .no_exist marker), None where the cache does not know."""
+    hf = _hf()
+    try:
+        hit = hf.try_to_load_from_cache(repo_id, MODELOPT_QUANT_FILE, cache_dir=hub_cache_dir(), revision=commit)
+    except Exception:  # an invalid name: unknown
+        return None
+    if isinstance(hit, str):
+        return Path(hit)
+    return None if hit is None else False
+
+
+def _quant_fetcher(repo_id: str, token: str | None, ctx: _Ctx, deadline: float) -> Callable[[str], None]:
+    """Downloads hf_quant_config.json at a commit into the HF cache, within what is left of the lookup's deadline;
+    the Hub's 404 is an answer (huggingface_hub records it under .no_exist, so the cache knows next time, offline
+    too). Any other failure: its one line."""
+    import time
+
+    endpoint = ctx.endpoint
+
+    def left() -> float:
+        return max(0.1, deadline - time.monotonic())
+
+    def fetch(commit: str) -> None:
+        from huggingface_hub import errors as E
+
+        hf = _hf()
+
+        def download() -> None:
+            url = hf.hf_hub_url(repo_id, MODELOPT_QUANT_FILE, revision=commit, endpoint=endpoint)
+            try:  # one request without retries first, as for config.json: a 5xx comes back at once
+                hf.get_hf_file_metadata(url, token=token, timeout=left(), endpoint=endpoint)
+            except getattr(E, "RemoteEntryNotFoundError", E.EntryNotFoundError):
+                pass  # hf_hub_download below answers 404 again and leaves the .no_exist marker
+            try:
+                hf.hf_hub_download(repo_id, MODELOPT_QUANT_FILE, revision=commit, cache_dir=hub_cache_dir(),
+                                   token=token, endpoint=endpoint, etag_timeout=left())
+            except getattr(E, "RemoteEntryNotFoundError", E.EntryNotFoundError):
+                pass
+
+        try:
+            _bounded(download, left(), f"fetching {repo_id}'s {MODELOPT_QUANT_FILE} from the Hub")
+        except Exception as e:
+            raise _explain(e, _Ctx(repo_id, commit, endpoint, ctx.timeout, MODELOPT_QUANT_FILE)).error from None
+
+    return fetch
 
 
 def _download_config(repo_id: str, revision: str, token: str | None, endpoint: str, deadline: float) -> Path:
@@ -395,23 +468,24 @@ def fetch_config(
     ctx = _Ctx(repo_id, rev, resolve_endpoint(endpoint), resolve_timeout(timeout))
     offline = is_offline(offline)
 
+    deadline = time.monotonic() + ctx.timeout  # config.json and hf_quant_config.json together
+    fetch_quant = None if offline else _quant_fetcher(repo_id, token, ctx, deadline)
     if offline or not refresh:
         cached = _cached_config(repo_id, rev)
         if cached is not None:
-            return _from_file(cached, requested, repo_id, rev, "cache")
+            return _from_file(cached, requested, repo_id, rev, "cache", fetch_quant=fetch_quant)
 
     failure: BaseException
     if offline:
         failure = _Offline()
     else:
-        deadline = time.monotonic() + ctx.timeout
         try:
             path = _bounded(lambda: _download_config(repo_id, rev, token, ctx.endpoint, deadline), ctx.timeout,
                             f"fetching {repo_id}'s config.json from the Hub")
         except Exception as e:  # explained below
             failure = e
         else:
-            return _from_file(path, requested, repo_id, rev, "hub")
+            return _from_file(path, requested, repo_id, rev, "hub", fetch_quant=fetch_quant)
 
     why = _explain(failure, ctx)
     if fallback and why.cache_ok:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from kvplan.errors import ConfigError
+from kvplan.spec import QUANT_SOURCE_KEY
 
 
 @dataclass(frozen=True)
@@ -95,3 +96,28 @@ def read_config_file(path: Path, shown: str | None = None) -> dict[str, Any]:
 def looks_like_hub_id(ref: str) -> bool:
     parts = ref.split("/")
     return len(parts) == 2 and all(parts) and not ref.startswith((".", "/", "~"))
+
+
+# ModelOpt exports up to 0.29 keep their quantization in a file beside config.json, not in it
+MODELOPT_QUANT_FILE = "hf_quant_config.json"
+
+
+def needs_modelopt_quant_file(config: dict[str, Any]) -> bool:
+    """vLLM (transformers_utils/config.py get_config) and SGLang (ModelConfig._parse_quant_hf_config) look for
+    hf_quant_config.json only when config.json has no top-level quantization_config."""
+    return config.get("quantization_config") is None
+
+
+def with_modelopt_quant(config: dict[str, Any], path: Path | None, shown: str) -> dict[str, Any]:
+    """config with the quantization an hf_quant_config.json beside it declares (path None: there is none).
+    The file nests its settings ({"producer": ..., "quantization": {"quant_algo": ...}}); both engines read them
+    as a ModelOpt quantization_config, so it becomes one here, flat, with quant_method "modelopt"."""
+    if path is None or not needs_modelopt_quant_file(config):
+        return config
+    data = parse_json(read_text_file(path, shown, "an hf_quant_config.json"), shown)
+    settings = data.get("quantization") if isinstance(data, dict) else None
+    if not isinstance(settings, dict) or not isinstance(settings.get("quant_algo", ""), (str, type(None))):
+        raise ConfigError(f"{shown} must hold a JSON object with a \"quantization\" object (ModelOpt's "
+                          "{\"quantization\": {\"quant_algo\": ...}}); found something else")
+    flat = {"quant_method": "modelopt", **settings, QUANT_SOURCE_KEY: MODELOPT_QUANT_FILE}
+    return {**config, "quantization_config": flat}

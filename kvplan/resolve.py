@@ -13,7 +13,9 @@ from typing import Any
 
 from kvplan import catalog
 from kvplan.errors import ConfigError, ModelNotFoundError, shown
-from kvplan.model_ref import ModelRef, ResolvedModel, looks_like_hub_id, read_config_file  # noqa: F401 (re-exported)
+from kvplan.model_ref import (  # noqa: F401 (read_config_file re-exported)
+    MODELOPT_QUANT_FILE, ModelRef, ResolvedModel, looks_like_hub_id, read_config_file, with_modelopt_quant,
+)
 
 
 # ---------------------------------------------------------------------------------------------- GGUF
@@ -91,10 +93,19 @@ def resolve_local(ref: str) -> ResolvedModel | None:
                           "or a directory holding one")
     elif is_gguf_file(path):
         return local_gguf(path, ref)
-    config = read_config_file(path, ref)
+    config = local_modelopt_quant(read_config_file(path, ref), path)
     name = config.get("_name_or_path")
     return ResolvedModel(ModelRef(requested=ref, id=name if isinstance(name, str) and name else None, source="file",
                                   path=str(path)), config)
+
+
+def local_modelopt_quant(config: dict[str, Any], path: Path, shown: str | None = None) -> dict[str, Any]:
+    """A model directory's config.json with the hf_quant_config.json beside it, as vLLM and SGLang load a local
+    ModelOpt export (model_ref.with_modelopt_quant); a config file under another name stands alone."""
+    quant = path.parent / MODELOPT_QUANT_FILE
+    if path.name != "config.json" or not quant.exists():
+        return config
+    return with_modelopt_quant(config, quant, f"{shown} {MODELOPT_QUANT_FILE}" if shown else str(quant))
 
 
 def resolve_bundled(ref: str) -> ResolvedModel | None:
@@ -102,7 +113,8 @@ def resolve_bundled(ref: str) -> ResolvedModel | None:
     if entry is None:
         return None
     notes = (entry.note,) if entry.note and ref.lower() != entry.repo_id.lower() else ()
-    config = read_config_file(entry.config_path, f"bundled {entry.repo_id}")
+    config = local_modelopt_quant(read_config_file(entry.config_path, f"bundled {entry.repo_id}"), entry.config_path,
+                                  f"bundled {entry.repo_id}")
     return ResolvedModel(
         ModelRef(requested=ref, id=entry.repo_id, source="bundled", path=str(entry.config_path), notes=notes), config
     )

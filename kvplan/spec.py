@@ -471,7 +471,8 @@ class WeightPart:
         return n
 
 
-COUNTED_WEIGHT_FORMATS = ("fp8", "mxfp4", "int4", "nvfp4")  # quantization methods weights.py counts; others are warned about
+COUNTED_WEIGHT_FORMATS = ("fp8", "mxfp4", "int4", "nvfp4", "mixed")  # methods weights.py counts; others are warned about
+QUANT_SOURCE_KEY = "_kvplan_read_from"  # in a quantization_config kvplan took from another file (hf_quant_config.json)
 
 
 @dataclass(frozen=True)
@@ -485,6 +486,19 @@ class Quantization:
     kv_dtype_hint: str | None = None
     per_tensor_scale: bool = False  # fp8 with one fp32 scale per tensor (ModelOpt), not per output channel
     expert_method: str | None = None  # routed experts stored another way (DeepSeek-V4 expert_dtype fp4: mxfp4)
+    source: str = "quantization_config"  # or hf_quant_config.json (a ModelOpt export up to 0.29)
+    # method "mixed" (ModelOpt MIXED_PRECISION): quantized_layers by module path, then each weight part's
+    # (format, group size) once normalize has mapped them (architectures/modelopt_mixed.py)
+    mixed_entries: tuple[tuple[str, tuple[str, int]], ...] = ()
+    part_formats: tuple[tuple[tuple[str, int | None, str], tuple[str, int]], ...] = ()
+
+    def part_format(self, name: str, layer: int | None, part: str) -> tuple[str, int] | None:
+        """A MIXED_PRECISION export's format for one weight part, None where it stays 16-bit."""
+        table = self.__dict__.get("_part_formats")
+        if table is None:
+            table = dict(self.part_formats)
+            object.__setattr__(self, "_part_formats", table)
+        return table.get((name, layer, part))
 
 
 # ---------------------------------------------------------------------------------------------- model

@@ -68,7 +68,7 @@ def weight_format(spec: ModelSpec, flag: str | None, float_dtype: str) -> Weight
                             f"lm_head in {float_dtype}", Quantization(key, "per-channel", None))
     q = spec.quantization
     if q is not None and q.method in COUNTED_WEIGHT_FORMATS:
-        return WeightFormat(q.method, f"{q.detail} (quantization_config); other tensors in {float_dtype}", q)
+        return WeightFormat(q.method, f"{q.detail} ({q.source}); other tensors in {float_dtype}", q)
     return WeightFormat(float_dtype, f"{float_dtype} (model dtype)", None)
 
 
@@ -76,29 +76,28 @@ def part_bytes(w: WeightPart, fmt: WeightFormat, float_bytes: int) -> int:
     if w.stored_bytes is not None:
         return w.stored_bytes
     q = fmt.quant
+    if q is not None and q.method == "mixed":
+        return _mixed_part_bytes(w, q, float_bytes)
     if q is None or w.role not in QUANTIZED_ROLES or w.part not in QUANTIZED_PARTS:
         return w.params * float_bytes
     method = q.expert_method if q.expert_method and w.role == "expert" else q.method
     if method == "mxfp4" and w.role != "expert":
         return w.params * float_bytes  # gpt-oss: attention, router, embeddings stay 16-bit
-    if method == "nvfp4" and excluded_module(w, q.excluded):
-        return w.params * float_bytes
+    if (method == "nvfp4" or q.per_tensor_scale) and excluded_module(w, q.excluded):
+        return w.params * float_bytes  # a ModelOpt export's exclude_modules / ignore stay 16-bit
     n = w.params // w.count
     out_dim, in_dim = (w.shape[0], math.prod(w.shape[1:])) if len(w.shape) >= 2 else (1, n)
     if method == "fp8" and q.block:
         bo, bi = q.block[0], q.block[1] if len(q.block) > 1 else q.block[0]
         per = n + cdiv(out_dim, bo) * cdiv(in_dim, bi) * 4
     elif method == "fp8" and q.per_tensor_scale:
-        per = n + 4
+        per = n + 8  # ModelOpt W8A8: weight_scale and input_scale, one fp32 each (vLLM KFp8StaticTensor)
     elif method in ("fp8", "int8"):
         per = n + out_dim * 4
     elif method == "mxfp4":
         per = cdiv(n, 32) * 17
     elif method == "nvfp4":
-        # per checkpoint tensor: weight uint8 [out, in/2] + weight_scale fp8 [out, in/16] + two fp32 scalars;
-        # a kvplan expert gate_up part is two checkpoint tensors (exports keep gate_proj and up_proj apart)
-        tensors = 2 if w.role == "expert" and w.name.endswith("gate_up_proj") else 1
-        per = n // 2 + out_dim * cdiv(in_dim, q.block[0] if q.block else 16) + 8 * tensors
+        per = _nvfp4_bytes(n, out_dim, in_dim, q.block[0] if q.block else 16, 8 * _checkpoint_tensors(w))
     elif method == "int4":
         g = q.block[0] if q.block else 128
         groups = cdiv(in_dim, g)
@@ -108,12 +107,49 @@ def part_bytes(w: WeightPart, fmt: WeightFormat, float_bytes: int) -> int:
     return per * w.count
 
 
+def _checkpoint_tensors(w: WeightPart) -> int:
+    """Checkpoint tensors in one kvplan tensor: an expert gate_up part is two (exports keep gate_proj and up_proj
+    apart), each with its own scalars."""
+    return 2 if w.role == "expert" and w.name.endswith("gate_up_proj") else 1
+
+
+def _nvfp4_bytes(n: int, out_dim: int, in_dim: int, group: int, scalars: int) -> int:
+    """weight uint8 [out, in/2] + weight_scale fp8 [out, in/group] + the fp32 scalars (weight_scale_2, and
+    input_scale where activations are FP4 too)."""
+    return n // 2 + out_dim * cdiv(in_dim, group) + scalars
+
+
+def _mixed_part_bytes(w: WeightPart, q: Quantization, float_bytes: int) -> int:
+    """ModelOpt MIXED_PRECISION, per module as vLLM 0.32's modelopt.py schemes store it: NVFP4 (W4A4: weight_scale_2
+    and input_scale), W4A16_NVFP4 (weight_scale_2 only: KNvfp4Static), FP8 (per-tensor weight_scale and input_scale:
+    KFp8StaticTensor), MXFP8 (fp8 values + a uint8 e8m0 scale per 32: KMxfp8Static); modules without an entry, or
+    excluded, 16-bit."""
+    found = q.part_format(w.name, w.layer, w.part)
+    if found is None or excluded_module(w, q.excluded):
+        return w.params * float_bytes
+    algo, group = found
+    n = w.params // w.count
+    out_dim, in_dim = (w.shape[0], math.prod(w.shape[1:])) if len(w.shape) >= 2 else (1, n)
+    tensors = _checkpoint_tensors(w)
+    if algo == "NVFP4":
+        per = _nvfp4_bytes(n, out_dim, in_dim, group, 8 * tensors)
+    elif algo == "W4A16_NVFP4":
+        per = _nvfp4_bytes(n, out_dim, in_dim, group, 4 * tensors)
+    elif algo == "FP8":
+        per = n + 8 * tensors
+    else:  # MXFP8: the formats are closed by modelopt_mixed.MIXED_ALGOS
+        per = n + out_dim * cdiv(in_dim, 32)
+    return per * w.count
+
+
 def excluded_module(w: WeightPart, patterns: tuple[str, ...]) -> bool:
     """Whether an export's exclusion list (ModelOpt exclude_modules / ignore: fnmatch wildcards over module paths)
     names the module a part belongs to. kvplan's parts carry the path below the decoder stack, so a pattern is
     compared from its `layers.` on: `model.language_model.layers.3.self_attn*` matches layers.3.self_attn.q_proj."""
     path = w.name if w.layer is None else f"layers.{w.layer}.{w.name}"
     for pattern in patterns:
+        if w.part != "mtp" and (pattern.startswith("mtp") or ".mtp." in pattern):
+            continue  # `mtp.layers.0*` is the MTP module's layer 0, not the decoder's (Qwen3.6 NVFP4 exports)
         core = pattern[pattern.find("layers."):] if "layers." in pattern else pattern
         if fnmatch.fnmatchcase(path, core) or fnmatch.fnmatchcase(path, "*." + core):
             return True

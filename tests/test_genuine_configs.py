@@ -38,7 +38,9 @@ def test_a_modelopt_fp8_export_reads_its_quantization():
     assert out["weight_dtype"] == "fp8"
     layers, hidden, heads, kv, hd, inter, vocab = 64, 5120, 64, 8, 128, 25600, 151936
     linear = [hidden * heads * hd, hidden * kv * hd, hidden * kv * hd, heads * hd * hidden] + [hidden * inter] * 3
-    per_layer = sum(linear) + 4 * len(linear)  # fp8 values + one fp32 scale per tensor
+    # fp8 values + an fp32 weight_scale and input_scale per tensor (vLLM 0.32 modelopt.py KFp8StaticTensor: W8A8
+    # static), and the fp8 KV cache's k_scale + v_scale per layer
+    per_layer = sum(linear) + 8 * len(linear) + 8
     norms = 2 * hidden + 2 * hd  # input/post-attention norms, q_norm, k_norm (bf16)
     expected = layers * (per_layer + 2 * norms) + 2 * (2 * vocab * hidden) + 2 * hidden
     assert out["weight_bytes"] == expected

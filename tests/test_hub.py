@@ -48,12 +48,18 @@ def test_public_repo_then_cache(fake_hub: FakeHub) -> None:
     }  # fmt: skip
     assert Path(got.ref.path).is_relative_to(hub.hub_cache_dir())
     heads = [e for e in fake_hub.log if e.method == "HEAD"]
-    assert heads and all(e.status == 200 for e in heads)
+    config_heads = [e for e in heads if e.path.endswith("/config.json")]
+    assert config_heads and all(e.status == 200 for e in config_heads)
+    # config.json has no quantization_config: the ModelOpt file of that commit is asked for (404: once without
+    # retries, once through hf_hub_download, which records the answer in the cache)
+    assert {e.status for e in heads if e.path.endswith(f"/{commit}/hf_quant_config.json")} == {404}
+    assert not got.ref.notes
 
     before = count(fake_hub)
     again = hub.fetch_config("acme/tiny", **ep(fake_hub))
     assert (again.ref.source, again.ref.commit, again.config) == ("cache", commit, TINY)
-    assert count(fake_hub) == before  # cached at that revision: no request
+    assert count(fake_hub) == before  # cached at that revision, the 404 too: no request
+    assert not again.ref.notes
 
     refreshed = hub.fetch_config("acme/tiny", refresh=True, **ep(fake_hub))
     assert refreshed.ref.source == "hub" and count(fake_hub) > before

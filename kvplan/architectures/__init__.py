@@ -6,16 +6,18 @@ anything else goes down the default plain-decoder path (llama naming).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 from kvplan.architectures import (
     base, classic, cohere2, decoder, deepseek, deepseek_v4, defaults, encdec, gemma, gpt_oss, hybrid, kimi, llama4,
-    mimo, minimax01, minimax_m3, mllama, nemotron_nas, rope, schema, step, vision, zamba2,
+    mimo, minimax01, minimax_m3, mllama, modelopt_mixed, nemotron_nas, rope, schema, step, vision, zamba2,
 )
 from kvplan.architectures.base import Cfg
 from kvplan.errors import ConfigError
-from kvplan.spec import COUNTED_WEIGHT_FORMATS, ModelSpec, SlidingWindow, Widths, WindowBeyondContext
+from kvplan.spec import (
+    COUNTED_WEIGHT_FORMATS, ModelSpec, Quantization, SlidingWindow, WeightPart, Widths, WindowBeyondContext,
+)
 
 TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
 
@@ -210,6 +212,8 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
     # MiniMax-M3 states its MTP modules as num_mtp_modules (7; vLLM's n_predict) beside num_nextn_predict_layers 1
     mtp = int(text.get("num_mtp_modules", "num_nextn_predict_layers", default=0) or 0)
     quant = base.quantization(top, text)
+    if quant is not None and quant.method == "mixed":
+        quant = _map_mixed(quant, weights)
     if quant is not None and quant.method not in COUNTED_WEIGHT_FORMATS:
         warnings.append(f"the checkpoint's weights are {quant.detail.split(';')[0]}, a format kvplan does not count: "
                         "weights are counted unquantized (an upper bound); --weight-dtype counts another format")
@@ -239,6 +243,18 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
         rope_tables=rope.tables(family, model_type, top, text),
         encoder_shape=encdec.whisper_encoder(text) if family == "whisper" else None,
     )
+
+
+def _map_mixed(quant: Quantization, weights: list[WeightPart]) -> Quantization:
+    """A MIXED_PRECISION export's formats on kvplan's weight parts; entries naming modules kvplan does not build
+    leave the whole export uncounted (warned below with the other uncounted formats), never partly guessed."""
+    mapping = modelopt_mixed.assign(weights, dict(quant.mixed_entries))
+    if mapping.unmatched:
+        n, shown = len(mapping.unmatched), mapping.unmatched[0]
+        return replace(quant, method="modelopt_mixed",
+                       detail=f"quantized (ModelOpt MIXED_PRECISION: {n:,} of its {len(quant.mixed_entries):,} "
+                              f"quantized_layers entries name modules kvplan does not build, e.g. {shown!r})")
+    return replace(quant, part_formats=tuple(mapping.formats.items()))
 
 
 def _mamba_chunk_size(c: Cfg) -> int:

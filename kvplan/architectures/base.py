@@ -7,12 +7,15 @@ only what several families share.
 from __future__ import annotations
 
 import reprlib
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, replace
 from typing import Any, Iterable, Sequence
 
 from kvplan import dtypes
+from kvplan.architectures import modelopt_mixed
 from kvplan.errors import ConfigError
 from kvplan.spec import (
+    QUANT_SOURCE_KEY,
     ChunkedLocal,
     FullAttention,
     LayerCache,
@@ -347,12 +350,21 @@ def quantization(top: Cfg, text: Cfg) -> Quantization | None:
     q = top.raw.get("quantization_config") or text.raw.get("quantization_config")
     if not isinstance(q, dict):
         return None
+    found = _quantization(q, top, text)
+    source = q.get(QUANT_SOURCE_KEY)  # read from the export's hf_quant_config.json (model_ref.with_modelopt_quant)
+    return replace(found, source=str(source)) if isinstance(source, str) else found
+
+
+def _quantization(q: dict[str, Any], top: Cfg, text: Cfg) -> Quantization:
     method = str(q.get("quant_method", "")).lower()
     kv_hint = _kv_hint(q)
     algo = str(q.get("quant_algo") or "").upper()
-    if not method and algo == "FP8":  # a ModelOpt FP8 export: fp8 weights, one fp32 scale per tensor
-        return Quantization("fp8", "ModelOpt FP8 weights, one fp32 scale per tensor (quant_algo FP8)", None,
-                            tuple(q.get("ignore") or ()), kv_hint, per_tensor_scale=True)
+    if method in ("", "modelopt") and algo == "MIXED_PRECISION":
+        return _modelopt_mixed(q, kv_hint)
+    if method in ("", "modelopt") and algo == "FP8":
+        # a ModelOpt FP8 export (W8A8, static): fp8 weights, a weight_scale and an input_scale per tensor (fp32)
+        return Quantization("fp8", "ModelOpt FP8 weights, an fp32 weight and input scale per tensor (quant_algo FP8)",
+                            None, _modelopt_excluded(q), kv_hint, per_tensor_scale=True)
     if method == "fp8":
         block = q.get("weight_block_size")
         detail = f"fp8 ({q.get('fmt', 'e4m3')}) weights" + (f", fp32 scale per {block[0]}x{block[1]} block" if block else "")
@@ -388,18 +400,38 @@ def _nvfp4(q: dict[str, Any], method: str, algo: str) -> Quantization | None:
     if not (algo == "NVFP4" or (method == "compressed-tensors" and q.get("format") == "nvfp4-pack-quantized" and is_fp4)):
         return None
     group = int(q.get("group_size") or next((w.get("group_size") for w in weight_schemes if w.get("group_size")), 16))
-    excluded = tuple(str(m) for m in (q.get("exclude_modules") or q.get("ignore") or ()))
+    excluded = _modelopt_excluded(q)
     source = "ModelOpt" if method in ("modelopt", "") else method
     return Quantization("nvfp4", f"NVFP4 weights ({source}): 4-bit values + an fp8 scale per {group} + two fp32 "
                         f"scalars per tensor; {len(excluded)} excluded module pattern(s) stay 16-bit", (group,),
                         excluded, _kv_hint(q))
 
 
+def _modelopt_mixed(q: dict[str, Any], kv_hint: str | None) -> Quantization:
+    """ModelOpt MIXED_PRECISION: a format per module in quantized_layers (modelopt_mixed.py maps them onto the
+    weight parts once they are built); a format kvplan has no storage rule for leaves the export uncounted."""
+    table = modelopt_mixed.entries(q.get("quantized_layers") if isinstance(q.get("quantized_layers"), dict) else {})
+    if isinstance(table, str) or not table:
+        what = f"{table} modules" if isinstance(table, str) else "no quantized_layers"
+        return Quantization("modelopt_mixed", f"quantized (ModelOpt MIXED_PRECISION with {what})", None, (), kv_hint)
+    counts = Counter(algo for algo, _ in table.values())
+    listed = ", ".join(f"{n:,} {algo}" for algo, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return Quantization("mixed", f"ModelOpt MIXED_PRECISION: {listed} modules as quantized_layers names them, the "
+                        "rest 16-bit", None, _modelopt_excluded(q), kv_hint, mixed_entries=tuple(table.items()))
+
+
+def _modelopt_excluded(q: dict[str, Any]) -> tuple[str, ...]:
+    """The modules an export leaves 16-bit: ModelOpt's exclude_modules (hf_quant_config.json, older config.json)
+    or ignore (newer config.json, compressed-tensors)."""
+    return tuple(str(m) for m in (q.get("exclude_modules") or q.get("ignore") or ()))
+
+
 def kv_cache_scales(quant: Quantization | None, weights: list[WeightPart]) -> list[WeightPart]:
-    """An NVFP4 export with an fp8 KV cache stores two fp32 scalars per attention layer,
+    """A ModelOpt export (NVFP4 or FP8) with an fp8 KV cache stores two fp32 scalars per attention layer,
     self_attn.k_proj.k_scale and self_attn.v_proj.v_scale: one 8-byte part per layer that has a self_attn.k_proj
     (ModelOpt's names; latent-attention layers name theirs otherwise and are not counted)."""
-    if quant is None or quant.method != "nvfp4" or quant.kv_dtype_hint != "fp8_e4m3":
+    modelopt = quant is not None and (quant.method in ("nvfp4", "mixed") or quant.per_tensor_scale)
+    if quant is None or not modelopt or quant.kv_dtype_hint != "fp8_e4m3":
         return []
     layers = sorted({w.layer for w in weights if w.name == "self_attn.k_proj" and w.part == "text" and w.layer is not None})
     # shape (0,): stored scalars that are no model parameter (transformers' count leaves them out)
