@@ -21,6 +21,7 @@ FUSED_SHARDS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("ga
 QUANTIZABLE_ROLES = ("linear", "expert", "lm_head")  # vLLM quantizes LinearBase, ParallelLMHead, RoutedExperts
 _EXPERT_KEY = re.compile(r"^(?P<module>.*\.experts)\.\d+\.(?P<proj>.+)$")
 _WRAPPERS = ("model.", "language_model.", "backbone.", "transformer.")
+_LAYERS = "layers."
 
 
 @dataclass(frozen=True)
@@ -48,8 +49,9 @@ def entries(quantized_layers: dict) -> dict[str, tuple[str, int]] | str:
 
 def module_path(key: str) -> str:
     """`model.language_model.layers.3.mlp.up_proj` -> `layers.3.mlp.up_proj`; `model.embed_tokens` -> `embed_tokens`."""
-    if "layers." in key:
-        return key[key.find("layers."):]
+    start = key.find(_LAYERS)
+    if start >= 0:
+        return key[start:]
     while key.startswith(_WRAPPERS):
         key = key.split(".", 1)[1]
     return key
@@ -60,8 +62,9 @@ def assign(weights: list[WeightPart], table: dict[str, tuple[str, int]]) -> Mapp
     expert_keys: dict[tuple[str, str], list[str]] = {}
     for path, fmt in table.items():
         if (m := _EXPERT_KEY.match(path)) is not None:
-            experts.setdefault((m["module"], m["proj"]), set()).add(fmt)
-            expert_keys.setdefault((m["module"], m["proj"]), []).append(path)
+            module, proj = m.group("module", "proj")
+            experts.setdefault((module, proj), set()).add(fmt)
+            expert_keys.setdefault((module, proj), []).append(path)
     used: set[str] = set()
     formats: dict[tuple[str, int | None, str], tuple[str, int]] = {}
     for w in weights:

@@ -199,6 +199,8 @@ FIELDS: dict[str, Rule] = {
     # NVFP4 exports: compressed-tensors / newer ModelOpt config_groups {group: {weights: {num_bits, type,
     # group_size}}} and the compressed-tensors `format` (nvfp4-pack-quantized)
     **_fields(Rule("object"), "config_groups", "weights"),
+    # ModelOpt MIXED_PRECISION: {module path: {quant_algo, group_size}} (architectures/modelopt_mixed.py)
+    **_fields(Rule("object"), "quantized_layers"),
     **_fields(_TEXT, "format"),
     **_fields(_FLAG, "bias"),
     **_fields(Rule("int", 1, 64), "bits", "num_bits"),
