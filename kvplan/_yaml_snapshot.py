@@ -5,7 +5,7 @@ Each entry: (length, CRC-32) of a file's bytes -> the document yaml_files.load p
 
 SNAPSHOTS = {
     # aliases.yaml
-    (9195, 3723971599): {'models': {'CohereForAI/aya-23-8B': {'dir': 'CohereForAI--aya-23-8B', 'aliases': ['aya-23-8b']},
+    (9937, 1429098625): {'models': {'CohereForAI/aya-23-8B': {'dir': 'CohereForAI--aya-23-8B', 'aliases': ['aya-23-8b']},
             'EleutherAI/gpt-neox-20b': {'dir': 'EleutherAI--gpt-neox-20b', 'aliases': ['gpt-neox-20b']},
             'HuggingFaceTB/SmolLM3-3B': {'dir': 'HuggingFaceTB--SmolLM3-3B', 'aliases': ['smollm3-3b', 'smollm3']},
             'LiquidAI/LFM2-1.2B': {'dir': 'LiquidAI--LFM2-1.2B', 'aliases': ['lfm2-1.2b', 'lfm2']},
@@ -139,6 +139,19 @@ SNAPSHOTS = {
             'nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16': {'dir': 'nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-BF16',
                                                            'aliases': ['nemotron-3-nano',
                                                                        'nemotron-3-nano-30b-a3b']},
+            'nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4': {'dir': 'nvidia--NVIDIA-Nemotron-3-Nano-30B-A3B-NVFP4',
+                                                            'aliases': ['nemotron-3-nano-nvfp4']},
+            'nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-BF16': {'dir': 'nvidia--NVIDIA-Nemotron-3-Super-120B-A12B-BF16',
+                                                              'aliases': ['nemotron-3-super',
+                                                                          'nemotron-3-super-120b-a12b'],
+                                                              'same_architecture': ['nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-FP8',
+                                                                                    'nvidia/NVIDIA-Nemotron-3-Super-120B-A12B-NVFP4'],
+                                                              'note': 'Nemotron-3 Super: the config.json of its '
+                                                                      'FP8 export (the same architecture fields); '
+                                                                      'weights counted bf16'},
+            'nvidia/Qwen3.6-27B-NVFP4': {'dir': 'nvidia--Qwen3.6-27B-NVFP4', 'aliases': ['qwen3.6-27b-nvfp4']},
+            'nvidia/Qwen3.6-35B-A3B-NVFP4': {'dir': 'nvidia--Qwen3.6-35B-A3B-NVFP4',
+                                             'aliases': ['qwen3.6-35b-a3b-nvfp4']},
             'nvidia/NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16': {'dir': 'nvidia--NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16',
                                                               'aliases': ['nemotron-3-ultra',
                                                                           'nemotron-3-ultra-550b-a55b']},
