@@ -104,14 +104,19 @@ MODELOPT_QUANT_FILE = "hf_quant_config.json"
 
 def needs_modelopt_quant_file(config: dict[str, Any]) -> bool:
     """vLLM (transformers_utils/config.py get_config) and SGLang (ModelConfig._parse_quant_hf_config) look for
-    hf_quant_config.json only when config.json has no top-level quantization_config."""
-    return config.get("quantization_config") is None
+    hf_quant_config.json when config.json has no top-level quantization_config; vLLM also when that config is
+    MIXED_PRECISION without its per-module map (model_loader/weight_utils.py: "older ones keep it only in
+    hf_quant_config.json")."""
+    q = config.get("quantization_config")
+    return q is None or (isinstance(q, dict) and not q.get("quantized_layers")
+                         and str(q.get("quant_algo") or "").upper() == "MIXED_PRECISION")
 
 
 def with_modelopt_quant(config: dict[str, Any], path: Path | None, shown: str) -> dict[str, Any]:
     """config with the quantization an hf_quant_config.json beside it declares (path None: there is none).
     The file nests its settings ({"producer": ..., "quantization": {"quant_algo": ...}}); both engines read them
-    as a ModelOpt quantization_config, so it becomes one here, flat, with quant_method "modelopt"."""
+    as a ModelOpt quantization_config, so it becomes one here, flat, with quant_method "modelopt". A
+    MIXED_PRECISION config.json without quantized_layers takes only the file's map."""
     if path is None or not needs_modelopt_quant_file(config):
         return config
     data = parse_json(read_text_file(path, shown, "an hf_quant_config.json"), shown)
@@ -119,5 +124,11 @@ def with_modelopt_quant(config: dict[str, Any], path: Path | None, shown: str) -
     if not isinstance(settings, dict) or not isinstance(settings.get("quant_algo", ""), (str, type(None))):
         raise ConfigError(f"{shown} must hold a JSON object with a \"quantization\" object (ModelOpt's "
                           "{\"quantization\": {\"quant_algo\": ...}}); found something else")
-    flat = {"quant_method": "modelopt", **settings, QUANT_SOURCE_KEY: MODELOPT_QUANT_FILE}
+    own = config.get("quantization_config")
+    if isinstance(own, dict):
+        if not isinstance(settings.get("quantized_layers"), dict):
+            return config  # the file has no map either: the export stays as config.json says (warned later)
+        flat = {**own, "quantized_layers": settings["quantized_layers"], QUANT_SOURCE_KEY: MODELOPT_QUANT_FILE}
+    else:
+        flat = {"quant_method": "modelopt", **settings, QUANT_SOURCE_KEY: MODELOPT_QUANT_FILE}
     return {**config, "quantization_config": flat}

@@ -177,3 +177,22 @@ def test_module_bytes_equal_what_vllm_creates(tmp_path: Path):
                              part_formats=(((part.name, part.layer, part.part), (c["algo"], c["group"] or 16)),))
         fmt = weights.WeightFormat("mixed", "oracle", quant)
         assert weights.part_bytes(part, fmt, 2) == got["bytes"], (c, got["created"])
+
+
+def test_a_mixed_config_without_its_map_takes_the_files(tmp_path: Path):
+    """vLLM 0.32 (model_loader/weight_utils.py get_quant_config): a MIXED_PRECISION quantization_config without
+    quantized_layers falls through to hf_quant_config.json, where older exports keep the per-module map."""
+    name = "nvidia--NVIDIA-Nemotron-3.5-Lightning-30B-A3B-NVFP4"
+    config = json.loads((DATA / f"{name}_config.json").read_text())
+    stub = {**config, "quantization_config": {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
+                                              "kv_cache_quant_algo": "FP8"}}
+    with_file, alone, as_shipped = (tmp_path / d for d in ("with_file", "alone", "as_shipped"))
+    for folder in (with_file, alone, as_shipped):
+        folder.mkdir()
+    for folder in (with_file, as_shipped):
+        shutil.copy(DATA / f"{name}_hf_quant_config.json", folder / "hf_quant_config.json")
+    mapped = size(with_file, stub)
+    assert mapped["weight_dtype"] == "mixed" and not mapped["warnings"]
+    assert mapped["weight_bytes"] == size(as_shipped, config)["weight_bytes"]
+    unmapped = size(alone, stub)
+    assert unmapped["weight_dtype"] == "bf16" and any("no quantized_layers" in w for w in unmapped["warnings"])
