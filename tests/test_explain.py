@@ -47,7 +47,8 @@ MODEL_FOR = {
     # hybrids loaded from local paths, with the bundled config of their architecture and geometry (each one's own test
     # says why: test_vllm_hybrid_versions.py, test_qwen3_5.py, test_lfm2.py)
     **dict.fromkeys(("vllm-nemotron-cascade-2-30b-a3b-nvfp4-1xh100-tp1-len262144-fp8kv-gmu0.95-v0.19.1",
-                     "vllm-nemotron-cascade-2-30b-a3b-nvfp4-1xblackwell-wsl-len256000-fp8kv-gmu0.85"), "nemotron-3-nano"),
+                     "vllm-nemotron-cascade-2-30b-a3b-nvfp4-1xblackwell-wsl-len256000-fp8kv-gmu0.85"),
+                    "nemotron-3-nano-nvfp4"),
     **dict.fromkeys(("vllm-qwen3-next-80b-a3b-instruct-2xh200-tp2-len262144-default-gmu-v0.10.2",
                      "vllm-qwen3-next-80b-a3b-wna16-2xl40s-tp2-len32768-fp8kv-gmu0.92-v0.13.0"), "qwen3-next-80b-a3b"),
     "vllm-qwen3.5-35b-a3b-fp8-1xgb10-tp1-len262144-gmu0.8-prefix-align-v0.18.1rc1": "qwen3.5-35b-a3b",
@@ -68,6 +69,9 @@ CTX_FOR = {"ollama-gemma3-4b-128k-swa-rtx5080": "131072"}  # the excerpt prints 
 
 # exact figures kvplan computes differently from the log, each with its cause (checked in the closing note)
 KNOWN_DIFFERS = {
+    ("vllm-nemotron-cascade-2-30b-a3b-nvfp4-1xblackwell-wsl-len256000-fp8kv-gmu0.85", "checkpoint_size"):
+        "a community NVFP4 quant (chankhavu/Nemotron-Cascade-2-30B-A3B-NVFP4) whose exclusions are not known: sized as "
+        "NVIDIA's own Nemotron-3-Nano NVFP4 export (hf_quant_config.json), 18.00 GiB against the printed 18.01",
     ("vllm-deepseek-v4-flash-2xgh200-tp2-ep-len30000-fp8kv", "kv_needed"):
         "a vLLM 0.2x log (the excerpt states no version): its DeepSeek-V4 packing differs from 0.32's, the newest rules",
     ("vllm-deepseek-v4-flash-2xgh200-tp2-ep-len30000-fp8kv", "suggested_max_len"): "as above",
@@ -114,7 +118,16 @@ def lfm2_from_log(entry: dict, tmp_path: Path) -> str:
         "torch_dtype": "bfloat16"})
 
 
-MODEL_BUILDERS = {"llamacpp-lfm2.5-audio-1.5b-lm-4k-cpu": lfm2_from_log}
+def gemma4_31b_bf16(entry: dict, tmp_path: Path) -> str:
+    """google/gemma-4-31B-it: the architecture of NVIDIA's NVFP4 export's config (tests/data/aic-configs), its
+    quantization_config left out (the log loads the bf16 release)."""
+    config = json.loads((DATA / "aic-configs" / "nvidia--Gemma-4-31B-IT-NVFP4_config.json").read_text())
+    config.pop("quantization_config")
+    return write_config(tmp_path, "gemma-4-31b-it", config)
+
+
+MODEL_BUILDERS = {"llamacpp-lfm2.5-audio-1.5b-lm-4k-cpu": lfm2_from_log,
+                  "vllm-gemma-4-31b-it-1xb300-tp1-len16384-gmu0.92-v0.26.0": gemma4_31b_bf16}
 
 
 def model_for(entry: dict, tmp_path: Path) -> str | None:
@@ -350,3 +363,21 @@ def test_trtllm_version_line_picks_the_manager(version, reproduced, monkeypatch)
     assert sized and (sized[0].verdict == REPRODUCED) == reproduced
     if not reproduced:
         assert "KVCacheManagerV2" in sized[0].why
+
+
+@pytest.mark.parametrize("case_id,printed", [
+    ("vllm-gemma-4-31b-it-1xb300-tp1-len16384-gmu0.92-v0.26.0", "58.25"),
+    ("vllm-lfm2.5-1.2b-instruct-1xsm90-tp1-len32768-fp8kv-gmu0.95-align-block16-v0.26.0", "2.18"),
+])
+def test_checkpoint_size_lines_reproduce(case_id, printed, tmp_path, monkeypatch):
+    """vLLM 0.22+ prints the safetensors files it loads, summed ('Checkpoint size: X GiB', weight_utils.py): kvplan's
+    count of every weight part in the checkpoint's own format gives the same to the printed digit (Gemma-4-31B-it
+    bf16: 62,546,173,504 B; LFM2.5-1.2B, which has LFM2-1.2B's parameters, bf16: 2,340,681,216 B). A line doctored
+    by 0.05 GiB differs."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    entry = ENTRIES[case_id]
+    found = [f for f in run(entry, tmp_path).findings if f.printed.what == "checkpoint_size"]
+    assert [(str(f.printed.value), f.verdict) for f in found] == [(printed, REPRODUCED)]
+    doctored = {**entry, "log": entry["log"].replace(f"Checkpoint size: {printed} GiB",
+                                                     f"Checkpoint size: {float(printed) + 0.05:.2f} GiB")}
+    assert [f.verdict for f in run(doctored, tmp_path).findings if f.printed.what == "checkpoint_size"] == [DIFFERS]

@@ -58,6 +58,7 @@ FIGURES = {
     "num_blocks": "KV cache blocks",
     "concurrency": "maximum concurrency",
     "weights": "weights loaded (per GPU)",
+    "checkpoint_size": "checkpoint files (all weights)",
     "non_kv": "non-KV memory (per GPU)",
     "activation_peak": "profile run's activation peak",
     "non_torch": "non-torch memory",

@@ -37,6 +37,8 @@ _TABLE = {  # what -> [(pattern, unit, group, at_group)]
     "weights": [(r"Model loading took:?\**:?\s*([\d.]+) Gi?B", GiB, 1, None),
                 (r"Loading model weights took ([\d.]+) GB", GiB, 1, None)],
     "non_kv": [(r"Total non KV cache memory: ([\d.]+)\s*GiB", GiB, 1, None)],
+    # weight_utils.py (0.22+): the safetensors files it is about to load, summed (the whole checkpoint, any TP)
+    "checkpoint_size": [(r"Checkpoint size: ([\d.]+) GiB", GiB, 1, None)],
     "activation_peak": [(r"torch peak memory increase: ([\d.]+)\s*GiB", GiB, 1, None)],
     "non_torch": [(r"non-torch forward increase memory: ([\d.]+)\s*GiB", GiB, 1, None)],
     "cudagraph_estimate": [(r"Estimated CUDA graph memory: ([\d.]+) GiB total", GiB, 1, None)],
@@ -236,7 +238,7 @@ def _runs(c) -> tuple["_Exact", "_Estimates"]:
 
 
 _EXACT = ("kv_tokens", "num_blocks", "concurrency", "kv_needed", "suggested_max_len", "mamba_blocks", "block_size",
-          "hybrid_block_size", "mamba_padding_pct", "padding_layers", "padding_waste_pct")
+          "hybrid_block_size", "mamba_padding_pct", "padding_layers", "padding_waste_pct", "checkpoint_size")
 # figures of the layout alone (no budget needed): what -> (kvplan's values from a stage, how vLLM prints them)
 _LAYOUT = {
     "hybrid_block_size": (lambda st: [st.block_size], "{:d}"),
@@ -301,6 +303,8 @@ class _Exact:
         length = p.at or self.mml
         if p.what in _LAYOUT:
             return self._layout_finding(p, length)
+        if p.what == "checkpoint_size":
+            return self._checkpoint_finding(p, length)
         if p.what == "kv_needed":
             r = self.run(0, length) if self.budgets else self.c.fit(kv_budget=1 << 40, ctx=length, max_model_len=length)
             prepared = r.setup.prepared
@@ -352,6 +356,29 @@ class _Exact:
         if printed in shown:
             return Finding(p, REPRODUCED, printed, how)
         return Finding(p, DIFFERS, ", ".join(dict.fromkeys(shown)), how)
+
+    def _checkpoint_finding(self, p, length: int | None):
+        """The checkpoint as stored: every weight part (towers and the MTP layers kvplan counts too) in the
+        checkpoint's own format, whatever vLLM quantizes at load; safetensors headers (kilobytes) not counted."""
+        from kvplan import weights
+        from kvplan.explain.common import DIFFERS, ESTIMATED, REPRODUCED, Finding
+        from kvplan.explain.reproduce import gib, rel_error
+
+        r = self.run(0, length) if self.budgets else self.c.fit(kv_budget=1 << 40, ctx=length, max_model_len=length)
+        spec = r.setup.spec
+        stored = spec.dtype if spec.dtype in weights.FLOAT_BYTES else r.setup.float_dtype
+        total = weights.total_bytes(spec, weights.weight_format(spec, None, stored), stored, include_mtp=True)
+        shown, printed = f"{total:,} B ({gib(total)})", float(p.value) * p.unit
+        missing_mtp = spec.mtp_layers and not any(w.part == "mtp" for w in spec.weights)
+        if missing_mtp:
+            return Finding(p, ESTIMATED, shown, f"the checkpoint's weights without its {spec.mtp_layers} "
+                           "multi-token-prediction layer(s), which kvplan does not lay out for this family",
+                           rel_error(total, printed))
+        lo, hi = p.bounds()
+        how = f"every weight part in the checkpoint's format ({stored} for unquantized tensors)"
+        if lo <= total < hi:
+            return Finding(p, REPRODUCED, shown, how)
+        return Finding(p, DIFFERS, shown, how, rel_error(total, printed))
 
     def _lo_total(self) -> int:
         lo = self.budgets[0]
