@@ -210,7 +210,8 @@ def normalize(config: dict[str, Any], *, encoder_len: int | None = None) -> Mode
         notes.append(f"sliding_window {widened:,} >= the model's {max_ctx:,}-token limit: full attention "
                      "(vLLM still reserves it as a sliding window: one block more per request)")
     # MiniMax-M3 states its MTP modules as num_mtp_modules (7; vLLM's n_predict) beside num_nextn_predict_layers 1
-    mtp = int(text.get("num_mtp_modules", "num_nextn_predict_layers", default=0) or 0)
+    # (Qwen3-Next / Qwen3.5 as mtp_num_hidden_layers)
+    mtp = int(text.get("num_mtp_modules", "num_nextn_predict_layers", "mtp_num_hidden_layers", default=0) or 0)
     quant = base.quantization(top, text)
     if quant is not None and quant.method == "mixed":
         quant = _map_mixed(quant, weights)

@@ -89,8 +89,8 @@ _TEXT = Rule("str")
 FIELDS: dict[str, Rule] = {
     **_fields(_LAYERS, "num_hidden_layers", "num_layers", "n_layer", "n_layers", "decoder_layers",
               "encoder_layers", "num_decoder_layers", "depth"),
-    **_fields(_LAYER_COUNT, "num_nextn_predict_layers", "num_kv_shared_layers", "first_k_dense_replace",
-              "attn_layer_offset", "attn_layer_period", "expert_layer_offset", "expert_layer_period",
+    **_fields(_LAYER_COUNT, "num_nextn_predict_layers", "mtp_num_hidden_layers", "num_kv_shared_layers",
+              "first_k_dense_replace", "attn_layer_offset", "attn_layer_period", "expert_layer_offset", "expert_layer_period",
               "max_window_layers", "decoder_sparse_step", "interleave_moe_layer_step",
               "full_attention_interval", "sliding_window_pattern", "_sliding_window_pattern",
               "no_rope_layer_interval", "num_ln_in_parallel_attn", "altup_num_inputs"),
