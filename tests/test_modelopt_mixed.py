@@ -82,6 +82,13 @@ def test_entries_kvplan_cannot_place_leave_the_export_uncounted(tmp_path: Path):
                for w in out["warnings"]), out["warnings"]
 
 
+def test_an_nvfp4_entry_without_a_usable_group_is_one_line(tmp_path: Path):
+    (tmp_path / "config.json").write_text(json.dumps(mixed({"model.layers.0.mlp.up_proj": {"quant_algo": "NVFP4",
+                                                                                              "group_size": 0}})))
+    r = run_cli("size", str(tmp_path))
+    assert r.code == 2 and r.err.count("\n") == 1 and "group_size must be a positive integer" in r.err, r.err
+
+
 def test_a_format_without_a_storage_rule_is_warned(tmp_path: Path):
     out = size(tmp_path, mixed({"model.layers.0.mlp.down_proj": {"quant_algo": "W4A8_AWQ"}}))
     assert out["weight_dtype"] == "bf16" and any("W4A8_AWQ" in w and "upper bound" in w for w in out["warnings"])

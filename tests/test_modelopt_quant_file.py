@@ -86,7 +86,8 @@ def test_an_nvfp4_export_keeps_its_excluded_modules_16_bit():
 
 def test_a_malformed_quant_file_is_one_line(tmp_path: Path):
     shutil.copy(LLAMA_FP8 / "config.json", tmp_path / "config.json")
-    for text in ("[1, 2]", "{not json", json.dumps({"quantization": "FP8"})):
+    for text in ("[1, 2]", "{not json", json.dumps({"quantization": "FP8"}),
+                 json.dumps({"quantization": {"quant_algo": "FP8", "exclude_modules": "lm_head"}})):
         (tmp_path / "hf_quant_config.json").write_text(text)
         r = run_cli("size", str(tmp_path), "--json")
         assert r.code == 2 and r.err.count("\n") == 1 and "hf_quant_config.json" in r.err, r.err

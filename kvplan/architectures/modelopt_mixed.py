@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from kvplan.errors import ConfigError
 from kvplan.spec import WeightPart
 
 MIXED_ALGOS = ("NVFP4", "W4A16_NVFP4", "FP8", "MXFP8")  # the per-module formats weights.py counts
@@ -42,8 +43,11 @@ def entries(quantized_layers: dict) -> dict[str, tuple[str, int]] | str:
         algo = str(info.get("quant_algo") or "").upper()
         if algo not in MIXED_ALGOS:
             return algo or "(none)"
-        group = info.get("group_size")
-        table[module_path(str(key))] = (algo, int(group) if isinstance(group, int) and group > 0 else 16)
+        group = info.get("group_size", 16)
+        if "NVFP4" in algo and not (isinstance(group, int) and group > 0):
+            raise ConfigError(f"quantized_layers[{str(key)[:80]!r}].group_size must be a positive integer for "
+                              f"{algo} (16 in NVIDIA's exports), found {group!r}")
+        table[module_path(str(key))] = (algo, group if isinstance(group, int) and group > 0 else 16)
     return table
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kvplan.errors import ConfigError, shown
+from kvplan.spec import QUANT_SOURCE_KEY
 
 MAX_LAYERS = 4096        # real models have fewer than 200; beyond this the per-layer plan is no longer cheap
 MAX_HEADS = 1 << 16
@@ -287,6 +288,8 @@ def _object(obj: dict[str, Any], where: str, fields: dict[str, Rule], depth: int
     out: dict[str, Any] = {}
     for key, value in obj.items():
         path = f"{where}.{key}"
+        if key == "quantization_config" and isinstance(value, dict) and isinstance(value.get(QUANT_SOURCE_KEY), str):
+            path = f"{value[QUANT_SOURCE_KEY]}:quantization"  # read from the export's hf_quant_config.json
         rule = fields.get(key)
         if value is None:
             out[key] = None
