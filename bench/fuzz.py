@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import fuzzing  # noqa: E402
 
 CLASSES = ("traceback", "hang", "bad-exit", "spew", "suspicious")
-WEIGHTS = {"config": 34, "flags": 25, "check": 17, "gguf": 17, "names": 7}
+WEIGHTS = {"config": 30, "quantfile": 6, "flags": 24, "check": 16, "gguf": 17, "names": 7}
 
 
 def case_for(seed: int) -> fuzzing.Case:

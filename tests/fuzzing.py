@@ -29,7 +29,7 @@ READ_KEYS = ("num_hidden_layers", "num_attention_heads", "num_key_value_heads", 
              "qk_rope_head_dim", "num_experts", "num_experts_per_tok", "attention_chunk_size", "quantization_config",
              "text_config", "max_target_positions", "n_positions", "mamba_d_state", "linear_num_value_heads",
              "_name_or_path", "block_configs", "vision_config", "num_nextn_predict_layers")
-CATEGORIES = ("config", "flags", "check", "gguf", "names")
+CATEGORIES = ("config", "flags", "check", "gguf", "names", "quantfile")
 
 
 @dataclass
@@ -133,6 +133,26 @@ def config_case(rng: random.Random) -> Case:
                                                                                             "trtllm", "hf"]), "--json"],
                           ["fit", "--gpu", rng.choice(["L4", "H100", "24GB"]), "--model", "{dir}/c.json", "--json"]])
     return Case("config", command, {"c.json": text})
+
+
+QUANT_FILES = sorted(CONFIG_DIR.glob("*/hf_quant_config.json")) + sorted(
+    (ROOT / "tests" / "data" / "aic-configs").glob("*_hf_quant_config.json"))
+
+
+def quantfile_case(rng: random.Random) -> Case:
+    """A model directory: a bundled config.json beside a mutated ModelOpt hf_quant_config.json (a genuine one, or a
+    MIXED_PRECISION map moved onto another model), read as vLLM and SGLang read it."""
+    quant = json.loads(rng.choice(QUANT_FILES).read_text())
+    base = rng.choice(BASES)
+    config = json.loads((CONFIG_DIR / base / "config.json").read_text())
+    if rng.random() < 0.5:
+        config.pop("quantization_config", None)
+    for _ in range(rng.randint(1, 3)):
+        paths = [p for p in _paths(quant) if len(p) < 4] or [("quantization",)]
+        _set(quant, rng.choice(paths), hostile(rng), delete=rng.random() < 0.3)
+    command = rng.choice([["size", "{dir}/m", "--json"], ["size", "{dir}/m/config.json", "--ctx", "4096"],
+                          ["fit", "--gpu", rng.choice(["H100", "24GB"]), "--model", "{dir}/m", "--json"]])
+    return Case("quantfile", command, {"m/config.json": json.dumps(config), "m/hf_quant_config.json": json.dumps(quant)})
 
 
 FLAGS = ("--ctx", "--batch", "--tp", "--pp", "--kv-dtype", "--weight-dtype", "--block-size", "--page-size",
@@ -259,8 +279,8 @@ def names_case(rng: random.Random) -> Case:
     return Case("names", command)
 
 
-GENERATORS = {"config": config_case, "flags": flags_case, "check": check_case, "gguf": gguf_case,
-              "names": names_case}
+GENERATORS = {"config": config_case, "quantfile": quantfile_case, "flags": flags_case, "check": check_case,
+              "gguf": gguf_case, "names": names_case}
 
 
 # ------------------------------------------------------------------------------------------ running, judging
