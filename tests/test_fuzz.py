@@ -1,9 +1,8 @@
 """Property-based fuzzing of the error contract (issue #16), with a fixed budget per category so CI time stays
 bounded: for every generated case (mutated bundled configs and ModelOpt hf_quant_config.json files, odd flag values,
 check files, GGUF metadata, names), no traceback, no hang (20 s per case), an exit code in {0, 1, 2}, one line on
-stderr when not 0 (a check file's
-problems are one line each, then one summary line), and on exit 0 every byte and token figure of the JSON a
-non-negative integer. The generators live in tests/fuzzing.py; bench/fuzz.py runs the same cases by the
+stderr when not 0 (a check file's problems are one line each, then one summary line), and on exit 0 every byte and
+token figure of the JSON a non-negative integer. The generators live in tests/fuzzing.py; bench/fuzz.py runs the same cases by the
 thousand and prints the table quoted in notes."""
 
 from __future__ import annotations
