@@ -279,3 +279,22 @@ def test_radix_cache_off_equals_sglang_0_5_23(sources, mrr):
     d = got["engine_details"]
     assert (d["max_mamba_cache_size"], d["mamba_slots_per_request"]) == (k, ratio) and ratio == 1
     assert got["kv_capacity_tokens"] == int(rest * GiB) // cell(alias, 1)
+
+
+@pytest.mark.parametrize("alias, key, where", [
+    ("qwen3-next-80b-a3b", "mamba_ssm_dtype", "top"), ("qwen3.5-27b", "mamba_ssm_dtype", "text_config"),
+    ("nemotron-3-nano", "mamba_ssm_dtype", "top"),
+    ("nemotron-3-nano", "mamba_ssm_cache_dtype", "top"),  # Nemotron-H's own key: SGLang does not read it
+])
+def test_a_configs_ssm_dtype_as_sglang_reads_it(sources, alias, key, where, tmp_path):
+    """configs/mamba_utils.py mamba2_state_dtype(config): the config classes that pass themselves read
+    mamba_ssm_dtype (a Qwen3.5 text_config's own), so a bfloat16 there halves the SSM state; vLLM's Nemotron-H key
+    mamba_ssm_cache_dtype is not SGLang's. SGLang's own config classes give the bytes a request's state takes."""
+    c = config(alias)
+    (c[where] if where != "top" else c)[key] = "bfloat16"
+    _, params = oracle.cache_params(c, 1)
+    (tmp_path / "config.json").write_text(json.dumps(c))
+    d = fit(str(tmp_path), "sglang@0.5.23", 8 * GiB)["engine_details"]
+    assert d["mamba_cache_per_req"] == params.mamba_cache_per_req
+    default = fit(alias, "sglang@0.5.23", 8 * GiB)["engine_details"]["mamba_cache_per_req"]
+    assert (d["mamba_cache_per_req"] < default) == (key == "mamba_ssm_dtype")

@@ -232,6 +232,23 @@ class IndexKeyPool(LatentPool):
         return "fp8+scales"
 
 
+# The config classes that pass themselves to mamba2_state_dtype (0.5.10 and 0.5.23 configs/: qwen3_next.py, whose
+# Qwen3_5TextConfig inherits it, nemotron_h.py, falcon_h1.py, lfm2.py), so a config's mamba_ssm_dtype (its
+# text_config's for Qwen3.5) sets the SSM state dtype; granitemoehybrid, lfm2_moe and kimi_linear take the default.
+READS_CONFIG_SSM_DTYPE = frozenset({"qwen3_next", "qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text",
+                                    "nemotron_h", "falcon_h1", "lfm2"})
+_SSM_DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def config_ssm_dtype(spec: ModelSpec) -> tuple[dtypes.DType, str]:
+    """SGLang's SSM state dtype: the config's mamba_ssm_dtype where its config class reads it (a value outside
+    float32 / bfloat16 / float16 is warned about and left at the default), else float32."""
+    written = dict(spec.config_state_dtypes).get("mamba_ssm_dtype")
+    if spec.model_type in READS_CONFIG_SSM_DTYPE and written in _SSM_DTYPE_NAMES:
+        return dtypes.KV_DTYPES[_SSM_DTYPE_NAMES[written]], f"the config's mamba_ssm_dtype {written}"
+    return dtypes.KV_DTYPES["fp32"], ""
+
+
 @dataclass(frozen=True)
 class StateSlots:
     """MambaPool: one state slot per running request, conv window kernel-1 in the model dtype and the SSM
@@ -651,11 +668,13 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     if kinds & {SlidingWindow, ChunkedLocal}:
         notes.append("sliding/chunked layers hold min(ctx, window) tokens (SGLang hybrid-SWA pool)" if hybrid_swa
                      else "SGLang gives this model's sliding-window layers full-length cache (not a hybrid-SWA model)")
-    # conv state in SGLANG_MAMBA_CONV_DTYPE (bfloat16 by default, whatever the model dtype), SSM state float32
-    # (configs/mamba_utils.py mamba2_state_dtype; environ.py)
-    state = (kvd.state or dtypes.KV_DTYPES["bf16"], kvd.state or dtypes.KV_DTYPES["fp32"])
+    # conv state in SGLANG_MAMBA_CONV_DTYPE (bfloat16 by default, whatever the model dtype), SSM state float32 or
+    # the config's mamba_ssm_dtype (configs/mamba_utils.py mamba2_state_dtype; environ.py)
+    ssm, ssm_from = config_ssm_dtype(spec)
+    state = (kvd.state or dtypes.KV_DTYPES["bf16"], kvd.state or ssm)
     if any(issubclass(k, RecurrentState) for k in kinds):
-        notes.append(f"Mamba state per request: conv kernel-1 in {state[0].name}, SSM in {state[1].name}")
+        notes.append(f"Mamba state per request: conv kernel-1 in {state[0].name}, SSM in {state[1].name}"
+                     + (f" ({ssm_from})" if ssm_from and not kvd.state else ""))
     encoder_tokens, context_len = 0, None
     if spec.family == "whisper":
         stages, encoder_tokens, note = whisper_pool(spec, tp, pp)
