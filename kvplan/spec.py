@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import ClassVar
 
 
@@ -494,11 +495,11 @@ class Quantization:
 
     def part_format(self, name: str, layer: int | None, part: str) -> tuple[str, int] | None:
         """A MIXED_PRECISION export's format for one weight part, None where it stays 16-bit."""
-        table = self.__dict__.get("_part_formats")
-        if table is None:
-            table = dict(self.part_formats)
-            object.__setattr__(self, "_part_formats", table)
-        return table.get((name, layer, part))
+        return self._format_table.get((name, layer, part))
+
+    @cached_property
+    def _format_table(self) -> dict[tuple[str, int | None, str], tuple[str, int]]:
+        return dict(self.part_formats)
 
 
 # ---------------------------------------------------------------------------------------------- model

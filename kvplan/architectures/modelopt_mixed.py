@@ -27,7 +27,7 @@ _LAYERS = "layers."
 
 @dataclass(frozen=True)
 class Mapping:
-    """Each quantized part's (format, group size), keyed by WeightPart.key; the entries no part took."""
+    """Each quantized part's (format, group size), keyed by part_key; the entries no part took."""
     formats: dict[tuple[str, int | None, str], tuple[str, int]]
     unmatched: tuple[str, ...]
 
@@ -72,7 +72,7 @@ def assign(weights: list[WeightPart], table: dict[str, tuple[str, int]]) -> Mapp
     used: set[str] = set()
     formats: dict[tuple[str, int | None, str], tuple[str, int]] = {}
     for w in weights:
-        if w.role not in QUANTIZABLE_ROLES:
+        if w.role not in QUANTIZABLE_ROLES or w.part == "vision":  # a tower's layers.N would meet the decoder's
             continue
         path = w.name if w.layer is None else f"layers.{w.layer}.{w.name}"
         found = _own(path, table, used) or (_routed(path, experts, expert_keys, used) if w.role == "expert" else None) \
