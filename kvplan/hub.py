@@ -3,8 +3,9 @@
 The only kvplan module that imports huggingface_hub, and only inside functions, so `import kvplan` stays fast.
 
 Order of a lookup (fetch_config): the HF cache at that revision (unless refresh), then one short metadata request
-(HEAD on config.json, no retries), then the download; all of it under one deadline (--timeout, KVPLAN_HUB_TIMEOUT,
-default 10 s), because huggingface_hub alone retries a failing Hub for minutes. When the Hub fails: the cache, then
+(HEAD on config.json, no retries), then the download, then, when config.json has no quantization_config, the
+same for hf_quant_config.json at that commit (a ModelOpt export's quantization); all of it under one deadline
+(--timeout, KVPLAN_HUB_TIMEOUT, default 10 s), because huggingface_hub alone retries a failing Hub for minutes. When the Hub fails: the cache, then
 a bundled config that aliases.yaml marks as the same architecture, with a one-line note. Failures are told apart by
 huggingface_hub's exception types (see _explain, the one place that turns them into kvplan errors).
 """
