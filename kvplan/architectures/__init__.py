@@ -252,7 +252,7 @@ def _map_mixed(quant: Quantization, weights: list[WeightPart]) -> Quantization:
     mapping = modelopt_mixed.assign(weights, dict(quant.mixed_entries))
     if mapping.unmatched:
         n, shown = len(mapping.unmatched), mapping.unmatched[0]
-        return replace(quant, method="modelopt_mixed",
+        return replace(quant, method=modelopt_mixed.UNCOUNTED,
                        detail=f"quantized (ModelOpt MIXED_PRECISION: {n:,} of its {len(quant.mixed_entries):,} "
                               f"quantized_layers entries name modules kvplan does not build, e.g. {shown!r})")
     return replace(quant, part_formats=tuple(mapping.formats.items()))

@@ -413,7 +413,8 @@ def _modelopt_mixed(q: dict[str, Any], kv_hint: str | None) -> Quantization:
     table = modelopt_mixed.entries(q.get("quantized_layers") if isinstance(q.get("quantized_layers"), dict) else {})
     if isinstance(table, str) or not table:
         what = f"{table} modules" if isinstance(table, str) else "no quantized_layers"
-        return Quantization("modelopt_mixed", f"quantized (ModelOpt MIXED_PRECISION with {what})", None, (), kv_hint)
+        return Quantization(modelopt_mixed.UNCOUNTED, f"quantized (ModelOpt MIXED_PRECISION with {what})", None, (),
+                            kv_hint)
     counts = Counter(algo for algo, _ in table.values())
     listed = ", ".join(f"{n:,} {algo}" for algo, n in sorted(counts.items(), key=lambda kv: -kv[1]))
     return Quantization("mixed", f"ModelOpt MIXED_PRECISION: {listed} modules as quantized_layers names them, the "

@@ -18,6 +18,7 @@ from kvplan.errors import ConfigError
 from kvplan.spec import WeightPart
 
 MIXED_ALGOS = ("NVFP4", "W4A16_NVFP4", "FP8", "MXFP8")  # the per-module formats weights.py counts
+UNCOUNTED = "modelopt_mixed"  # Quantization.method of an export kvplan cannot count module by module (warned)
 FUSED_SHARDS = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
 QUANTIZABLE_ROLES = ("linear", "expert", "lm_head")  # vLLM quantizes LinearBase, ParallelLMHead, RoutedExperts
 _EXPERT_KEY = re.compile(r"^(?P<module>.*\.experts)\.\d+\.(?P<proj>.+)$")
