@@ -63,6 +63,9 @@ class Listing:
     aliases: tuple[str, ...]
     summary: str  # one line for --engine help
     knobs: dict[str, Knob]
+    # what `kvplan plan` (and check's traffic keys) replay for this engine: the scheduler's name in messages, or ""
+    # where no replay is modelled
+    replays: str = ""
 
 
 LISTINGS: dict[str, Listing] = {row.name: row for row in (
@@ -78,7 +81,7 @@ LISTINGS: dict[str, Listing] = {row.name: row for row in (
         Knob("gpu_memory_utilization", "fraction", "fraction of CUDA total memory vLLM may use (0.92 / 0.90 by version)", layout=False),
         Knob("max_num_seqs", "count", "running-request limit", layout=False),
         Knob("max_model_len", "tokens", "the engine's max_model_len for its start-up check (default: the model max)", layout=False),
-    )),
+    ), replays="vLLM's scheduler"),
     Listing("sglang", "kvplan.engines.sglang", (), "SGLang token pools", knob_table(
         Knob("page_size", "count", "tokens per page (SGLang default 1; some attention backends force 64/128)"),
         Knob("mem_fraction_static", "fraction", "fraction of free memory for weights + KV pool", layout=False),
@@ -102,7 +105,7 @@ LISTINGS: dict[str, Listing] = {row.name: row for row in (
                                   "default: the most slots of the longest request the budget holds)", layout=False),
         Knob("ctx_size", "tokens", "-c: llama-server's context of all slots together (plan only; default slots x the "
                                    "longest request)", layout=False),
-    )),
+    ), replays="llama-server's slots"),
     Listing("trtllm", "kvplan.engines.trtllm", ("tensorrt-llm", "tensorrt_llm", "trt-llm"), "TensorRT-LLM block pools",
             knob_table(
         Knob("tokens_per_block", "count", "tokens per KV block (LLM API default 32; trtllm-build 64)"),
@@ -112,3 +115,8 @@ LISTINGS: dict[str, Listing] = {row.name: row for row in (
     )),
     Listing("hf", "kvplan.engines.hf", ("transformers", "huggingface"), "transformers DynamicCache", {}),
 )}
+
+
+def replaying() -> tuple[str, ...]:
+    """The engines `kvplan plan` replays, in listing order."""
+    return tuple(name for name, row in LISTINGS.items() if row.replays)
