@@ -145,7 +145,7 @@ def test_vllm_032_registry_refuses_it_as_kvplan_says():
     import os
     import subprocess
 
-    from kvplan.engines.vllm import V0_ONLY_FAMILIES
+    from kvplan.engines.vllm.models import V0_ONLY
 
     python = os.environ.get("KVPLAN_VLLM_PYTHON")
     if not python:
@@ -157,5 +157,6 @@ def test_vllm_032_registry_refuses_it_as_kvplan_says():
     out = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     supported, message = out.stdout.strip().splitlines()[-2:]
-    arch, last = V0_ONLY_FAMILIES["mllama"]
+    arch = "MllamaForConditionalGeneration"
+    last = V0_ONLY[arch]
     assert supported == "False" and f"{arch} was supported in vLLM until v{last}" in message, out.stdout

@@ -39,6 +39,18 @@ class KVDtypes:
 
 
 @dataclass(frozen=True)
+class Note:
+    """An assumption a layout rests on: `id` for code and tests to ask about, `text` for people (outputs print it)."""
+
+    id: str
+    text: str
+
+
+def note_texts(notes) -> tuple[str, ...]:
+    return tuple(n.text for n in notes)
+
+
+@dataclass(frozen=True)
 class TensorAlloc:
     """`count` identical tensors of `shape` in `dtype` (a torch dtype name; packed formats are uint8 bytes)."""
 
@@ -119,6 +131,7 @@ class CachePlan:
     assumptions: tuple[str, ...]
     limiting_stage: int = 0
     details: dict[str, Any] = field(default_factory=dict)  # engine figures (block size, cells, pages...)
+    note_ids: tuple[str, ...] = ()  # the ids of the assumptions that carry one (Note), in their order
 
     @property
     def kv_bytes(self) -> int:

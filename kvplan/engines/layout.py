@@ -79,6 +79,29 @@ def check_family(engine: str, refused: Mapping[str, str], family: str) -> None:
         raise UnsupportedKind(f"{engine} cannot size this {family} model: {why}")
 
 
+@dataclass(frozen=True)
+class Coverage:
+    """The rule sets of an engine whose handling of a cache kind kvplan read: spans of (first, last) row labels,
+    last None for every later row; `message` is the refusal elsewhere, with {version} the resolved row's label."""
+
+    spans: tuple[tuple[str, str | None], ...]
+    message: str
+
+    def covers(self, version: str) -> bool:
+        from kvplan.engines.versions import version_key
+
+        v = version_key(version)
+        return any(version_key(lo) <= v and (hi is None or v <= version_key(hi)) for lo, hi in self.spans)
+
+
+def check_coverage(coverage: Mapping[type, Coverage], caches: Caches, version: str) -> None:
+    """A kind the selected rule set's layout was not read for: one line, before any figure is made."""
+    kinds = {type(c) for _, c in caches}
+    for kind, cov in coverage.items():
+        if kind in kinds and not cov.covers(version):
+            raise UnsupportedKind(cov.message.format(version=version))
+
+
 def rule_for(engine: str, rules: Mapping[type, R], cache: LayerCache) -> R | NoCacheRule:
     try:
         rule = rules[type(cache)]
