@@ -9,7 +9,9 @@ from pathlib import Path
 
 from kvplan import catalog
 from kvplan.errors import KvplanError
-from kvplan.hub.client import CONFIG_NAME, Ctx, Offline, bounded, hf_module, hub_cache_dir, is_offline, resolve_endpoint, resolve_timeout
+from kvplan.hub.client import (
+    CONFIG_NAME, Ctx, Offline, bounded, hf_module, hub_cache_dir, is_offline, resolve_endpoint, resolve_timeout,
+)
 from kvplan.hub.errors import explain
 from kvplan.model_ref import (
     MODELOPT_QUANT_FILE, ModelRef, ResolvedModel, needs_modelopt_quant_file, read_config_file, with_modelopt_quant,

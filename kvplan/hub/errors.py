@@ -1,10 +1,10 @@
 """Every huggingface_hub failure -> one kvplan error line, and whether a cached or bundled config may stand in.
 
-One table at one boundary (as huggingface_hub's own cli/_errors.py CLI_ERROR_MAPPINGS): errors_table() maps an
+One table at one boundary, as huggingface_hub's own cli/_errors.py CLI_ERROR_MAPPINGS: errors_table() maps an
 exception type to its rule, in order, and the first type the exception is an instance of decides (explain). The
 order matters where huggingface_hub's types nest (GatedRepoError is a RepositoryNotFoundError, which is an
-HfHubHTTPError; OfflineModeIsEnabled is a ConnectionError). Failures are told apart by type, never by message: the Hub answers 401
-both for missing repos and for private or gated ones without a token.
+HfHubHTTPError; OfflineModeIsEnabled is a ConnectionError). Failures are told apart by type, never by message:
+the Hub answers 401 both for missing repos and for private or gated ones without a token.
 """
 
 from __future__ import annotations
@@ -122,7 +122,8 @@ def _not_cached(exc: BaseException, c: Ctx) -> Failure:
 
 def _no_such_file(exc: BaseException, c: Ctx) -> Failure:
     if c.filename == CONFIG_NAME:
-        msg = f"{_at(c)} has no config.json (a GGUF-only or non-transformers repo?); pass a local config.json or .gguf path"
+        msg = (f"{_at(c)} has no config.json (a GGUF-only or non-transformers repo?); pass a local config.json or "
+               ".gguf path")
     else:
         msg = f"{_at(c)} has no {c.filename}"
     return Failure(ConfigError(msg), False, False)
@@ -149,8 +150,8 @@ def _http(exc: BaseException, c: Ctx) -> Failure:
     status = getattr(response, "status_code", "?")
     server = line(getattr(exc, "server_message", None) or "")
     if "invalid credentials" in server.lower():
-        return Failure(InputError(f"{ep} rejected the token (invalid credentials); check HF_TOKEN, your login or --token"),
-                       True, True)
+        msg = f"{ep} rejected the token (invalid credentials); check HF_TOKEN, your login or --token"
+        return Failure(InputError(msg), True, True)
     detail = f": {server}" if server else ""
     return Failure(EnvironmentProblem(f"the Hub at {ep} failed for {c.repo_id} (HTTP {status}{detail})"), True, True)
 

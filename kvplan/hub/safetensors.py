@@ -13,7 +13,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from kvplan.hub.client import Ctx, bounded, hf_module, hub_cache_dir, is_offline, kvplan_store_dir, map_bounded, resolve_endpoint, resolve_timeout
+from kvplan.hub.client import (
+    Ctx, bounded, hf_module, hub_cache_dir, is_offline, kvplan_store_dir, map_bounded, resolve_endpoint,
+    resolve_timeout,
+)
 from kvplan.hub.configs import cached_config
 from kvplan.hub.errors import WeightsUnavailable, explain, line
 from kvplan.model_ref import parse_json, read_text_file
