@@ -99,7 +99,7 @@ def test_a_knob_belongs_to_one_engine():
 
 
 # ---------------------------------------------------------------------------------------------- import layering
-CORE = ["spec.py", "parallel.py", "dtypes.py", "units.py", "weights.py", "sizing.py", "planner.py", "check.py",
+CORE = ["spec.py", "parallel.py", "dtypes.py", "units.py", "weights.py", "sizing.py", "planner.py", "check",
         "gguf.py", "gpus.py", "errors.py", "catalog.py", "architectures", "engines"]
 FORBIDDEN_EVERYWHERE = ("torch", "transformers", "kvplan.render", "kvplan.cli", "rich", "typer")
 FORBIDDEN_FOR_COMPUTING = ("huggingface_hub", "kvplan.verify", "kvplan.hub")
