@@ -191,5 +191,3 @@ def fetch_config(
             ref = ModelRef(requested, entry.repo_id, "bundled", path=str(entry.config_path), notes=(note,))
             return ResolvedModel(ref, config)
     raise why.error from None
-
-

@@ -221,4 +221,3 @@ def hub_error(
     """The one-line kvplan error (exit 2) for a huggingface_hub exception."""
     ctx = Ctx(repo_id, revision or "main", resolve_endpoint(endpoint), resolve_timeout(timeout), filename)
     return explain(exc, ctx).error
-

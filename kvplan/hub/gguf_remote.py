@@ -147,5 +147,3 @@ def gguf_header(
     """The GGUFHeader of `filename` in a Hub repo (see fetch_gguf), tensor data never fetched."""
     return fetch_gguf(repo_id, filename, revision=revision, token=token, timeout=timeout, endpoint=endpoint,
                       offline=offline).extras["gguf"]
-
-

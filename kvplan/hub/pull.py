@@ -122,5 +122,3 @@ def pull(
             _update_aliases(folder, repo_id, alias, rev, commit)
         out.append(Pulled(ref, repo_id, rev, commit, str(config_path), str(weights_path) if weights_path else None, weight_bytes, note))
     return out
-
-

@@ -296,5 +296,3 @@ def safetensors_weights(
         except OSError:
             pass  # a read-only HF_HOME only costs the next lookup a request
     return weights_from_record(record, config, include_mtp=include_mtp, source="hub")
-
-
