@@ -43,7 +43,7 @@ def _pull_target(ref: str) -> tuple[str, str | None]:
 
 
 def _update_aliases(folder: Path, repo_id: str, alias: str | None, revision: str, commit: str | None) -> None:
-    """DIR/aliases.yaml in the model_configs/aliases.yaml layout (models: {repo_id: {dir, aliases, ...}})."""
+    """DIR/aliases.yaml: model_configs/aliases.json's layout, as YAML (models: {repo_id: {dir, aliases, ...}})."""
     import yaml
 
     path = folder / "aliases.yaml"
