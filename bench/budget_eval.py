@@ -482,7 +482,7 @@ def readme_tables(rows: list[dict]) -> str:
 
 def evidence(rows: list[dict]) -> dict:
     """Per engine, kvplan's estimated KV budget minus the printed one (bytes) for every log that prints a budget
-    and that kvplan predicted: kvplan/data/budget_evidence.yaml (kvplan/evidence.py reads it)."""
+    and that kvplan predicted: kvplan/data/budget_evidence.json (kvplan/evidence.py reads it)."""
     engines: dict[str, dict] = {}
     for r in sorted(rows, key=lambda r: r["id"]):
         if r.get("skip") or r.get("pred_kv_bytes") is None or r.get("kv_gib") is None:
@@ -501,14 +501,11 @@ def setup_of(r: dict) -> dict:
 
 
 def write_evidence(rows: list[dict]) -> Path:
-    path = ROOT / "kvplan" / "data" / "budget_evidence.yaml"
-    header = ("# kvplan's estimated KV budget per GPU minus the one the engine printed, bytes, per public start-up log\n"
-              "# (tests/data/wild-logs.yaml; the printed figure at its 0.01 GiB), and each log's GPU and tp. Written by\n"
-              "# `python bench/budget_eval.py --evidence`; tests/test_wild_budget.py holds it to the code.\n")
-    path.write_text(header + yaml.safe_dump(evidence(rows), sort_keys=False), encoding="utf-8")
-    from kvplan import yaml_files
+    """kvplan/data/budget_evidence.json, indented as committed (its fields: kvplan/data/README.md)."""
+    from kvplan import evidence as evidence_file
 
-    yaml_files.write_snapshot()  # kvplan reads the bundled YAML through its parsed snapshot
+    path = evidence_file.EVIDENCE_PATH
+    path.write_text(json.dumps(evidence(rows), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return path
 
 
@@ -519,7 +516,7 @@ def main() -> None:
     ap.add_argument("--python", default=sys.executable, help="interpreter that runs kvplan")
     ap.add_argument("--json", action="store_true", help="print the raw rows as JSON instead of markdown")
     ap.add_argument("--readme", action="store_true", help="print the README's calibration and held-out tables")
-    ap.add_argument("--evidence", action="store_true", help="write kvplan/data/budget_evidence.yaml (the interval fit "
+    ap.add_argument("--evidence", action="store_true", help="write kvplan/data/budget_evidence.json (the interval fit "
                     "prints beside an estimated budget)")
     opts = ap.parse_args()
     entries = yaml.safe_load(LOGS.read_text())

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import difflib
+import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from kvplan import yaml_files
 from kvplan.errors import ConfigError
+
+ALIASES = "aliases.json"  # fields: model_configs/README.md
 
 
 @dataclass(frozen=True)
 class BundledModel:
-    """One entry of model_configs/aliases.yaml: the genuine config.json shipped for a Hub id, and its short names."""
+    """One entry of model_configs/aliases.json: the genuine config.json shipped for a Hub id, and its short names."""
     repo_id: str
     config_path: Path
     aliases: tuple[str, ...]
@@ -25,15 +27,15 @@ def catalog_dir() -> Path:
     """model_configs/ inside the wheel (kvplan/model_configs), or at the repo root for a source checkout."""
     here = Path(__file__).resolve().parent
     for candidate in (here / "model_configs", here.parent / "model_configs"):
-        if (candidate / "aliases.yaml").is_file():
+        if (candidate / ALIASES).is_file():
             return candidate
-    raise ConfigError("the bundled model catalog (model_configs/aliases.yaml) is missing from this installation")
+    raise ConfigError("the bundled model catalog (model_configs/aliases.json) is missing from this installation")
 
 
 @lru_cache(maxsize=1)
 def bundled_models() -> tuple[BundledModel, ...]:
     root = catalog_dir()
-    data = yaml_files.load(root / "aliases.yaml")
+    data = json.loads((root / ALIASES).read_text(encoding="utf-8"))
     out = []
     for repo_id, entry in (data.get("models") or {}).items():
         out.append(
@@ -64,7 +66,7 @@ def lookup(ref: str) -> BundledModel | None:
 
 
 def lookup_same_architecture(repo_id: str) -> BundledModel | None:
-    """A bundled file that aliases.yaml marks as the same architecture as `repo_id` (Hub fallback)."""
+    """A bundled file that aliases.json marks as the same architecture as `repo_id` (Hub fallback)."""
     key = repo_id.strip().lower()
     for m in bundled_models():
         if m.repo_id.lower() == key or key in (s.lower() for s in m.same_architecture):

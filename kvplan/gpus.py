@@ -1,4 +1,4 @@
-"""The GPU catalog (kvplan/data/gpus.yaml) and the GPU references people type: names, sizes, `NxGPU`.
+"""The GPU catalog (kvplan/data/gpus.json) and the GPU references people type: names, sizes, `NxGPU`.
 
 Every catalog GPU has two totals (CONTRACTS.md, "GPU memory"): `nvml_bytes`, what nvidia-smi shows, and
 `cuda_total_bytes`, what cudaMemGetInfo / torch `total_memory` report. The CUDA total is the one budgets use.
@@ -12,7 +12,7 @@ set by H100 SXM (81559 vs 81082..81090 MiB) and H200 (143771 vs 143156), where i
 and 143156 (exact). On the pairs it was not fitted to it is off by +288 MiB on GH200-144GB (+0.20 %), +113 MiB
 on the RTX 3090 total in a vLLM log (23.58 GiB; +0.47 %) and -316 MiB on the RTX 4090 (-1.29 %, whose
 nvidia-smi total already leaves the reservation out). A fixed share or a fixed MiB figure fits these pairs
-worse; the data file's header gives the numbers.
+worse; kvplan/data/README.md gives the numbers.
 
 A bare size ("24GB") is a device whose CUDA total is that size; `NxGPU` ("8xH100") is N identical devices.
 """
@@ -20,16 +20,16 @@ A bare size ("24GB") is a device whose CUDA total is that size; `NxGPU` ("8xH100
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from kvplan import yaml_files
 from kvplan.errors import InputError, shown
 from kvplan.units import MiB, fmt_bytes, parse_bytes
 
-CATALOG_PATH = Path(__file__).resolve().parent / "data" / "gpus.yaml"
+CATALOG_PATH = Path(__file__).resolve().parent / "data" / "gpus.json"  # fields: data/README.md
 
 ESTIMATE_FIXED_MIB = 256
 ESTIMATE_SHARE_DIVISOR = 400  # 1/400 = 0.25 %
@@ -46,7 +46,7 @@ _VENDOR_WORDS = ("nvidia", "geforce", "tesla", "quadro", "amd", "instinct")
 
 @dataclass(frozen=True)
 class Gpu:
-    """One board of the GPU catalog (kvplan/data/gpus.yaml), with the memory its driver reports and sources."""
+    """One board of the GPU catalog (kvplan/data/gpus.json), with the memory its driver reports and sources."""
     name: str
     display: str
     aliases: tuple[str, ...]
@@ -120,7 +120,7 @@ def _gpu_from_entry(entry: dict) -> Gpu:
     nvml = entry.get("nvml_bytes")
     measured = entry.get("cuda_total_bytes")
     if measured is None and nvml is None:
-        raise ValueError(f"gpus.yaml: {entry['name']} has neither nvml_bytes nor cuda_total_bytes")
+        raise ValueError(f"gpus.json: {entry['name']} has neither nvml_bytes nor cuda_total_bytes")
     return Gpu(
         name=entry["name"],
         display=entry["display"],
@@ -141,7 +141,7 @@ def _gpu_from_entry(entry: dict) -> Gpu:
 
 @lru_cache(maxsize=1)
 def _load() -> tuple[tuple[Gpu, ...], dict[str, Gpu], dict[str, tuple[str, ...]]]:
-    data = yaml_files.load(CATALOG_PATH)
+    data = json.loads(CATALOG_PATH.read_text(encoding="utf-8"))
     gpus = tuple(_gpu_from_entry(e) for e in data["gpus"])
     by_name = {g.name: g for g in gpus}
     index: dict[str, Gpu] = {}
@@ -149,16 +149,16 @@ def _load() -> tuple[tuple[Gpu, ...], dict[str, Gpu], dict[str, tuple[str, ...]]
         for text in (gpu.name, gpu.display, *gpu.aliases):
             key = _key(text)
             if index.get(key, gpu) is not gpu:
-                raise ValueError(f"gpus.yaml: {text!r} names both {index[key].name} and {gpu.name}")
+                raise ValueError(f"gpus.json: {text!r} names both {index[key].name} and {gpu.name}")
             index[key] = gpu
     ambiguous: dict[str, tuple[str, ...]] = {}
     for text, candidates in (data.get("ambiguous") or {}).items():
         key = _key(str(text))
         if key in index:
-            raise ValueError(f"gpus.yaml: {text!r} is both ambiguous and an alias of {index[key].name}")
+            raise ValueError(f"gpus.json: {text!r} is both ambiguous and an alias of {index[key].name}")
         unknown = [c for c in candidates if c not in by_name]
         if unknown:
-            raise ValueError(f"gpus.yaml: ambiguous {text!r} lists unknown GPUs {unknown}")
+            raise ValueError(f"gpus.json: ambiguous {text!r} lists unknown GPUs {unknown}")
         ambiguous[key] = tuple(candidates)
     return gpus, index, ambiguous
 

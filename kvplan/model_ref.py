@@ -1,5 +1,5 @@
 """What a resolved model is (a reference with provenance and its raw config) and the small readers both the local
-resolver (resolve.py) and the Hub client (hub.py) need; a leaf module, so neither imports the other for them."""
+resolver (resolve.py) and the Hub client (kvplan/hub/) need; a leaf module, so neither imports the other for them."""
 
 from __future__ import annotations
 

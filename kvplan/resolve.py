@@ -121,7 +121,7 @@ def resolve_bundled(ref: str) -> ResolvedModel | None:
 
 
 def resolve(ref: str, **hub_options: Any) -> ResolvedModel:
-    """Resolve a model reference. Order: local path, alias / bundled Hub id, then the Hub (see hub.py)."""
+    """Resolve a model reference. Order: local path, alias / bundled Hub id, then the Hub (see kvplan/hub/)."""
     ref = ref.strip()
     if not ref:
         raise ModelNotFoundError("no model given; pass an alias (kvplan models), a Hub id org/name or a path")

@@ -168,7 +168,7 @@ def setup(mo: ModelOptions, eo: EngineOptions, *, gpu: GpuContext | None = None,
 
 
 def _with_safetensors(s: Setup, mo: ModelOptions) -> Setup:
-    """Exact checkpoint bytes from the safetensors headers (hub.py); config-derived bytes when unavailable."""
+    """Exact checkpoint bytes from the safetensors headers (kvplan/hub/); config-derived bytes when unavailable."""
     from kvplan import hub
 
     try:

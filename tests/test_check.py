@@ -482,3 +482,25 @@ def test_junit_stays_well_formed_with_control_characters(tmp_path):
     assert r.code == 0, r.err
     root = ET.parse(out).getroot()  # raises on a control character XML 1.0 forbids
     assert root.get("tests") == "1"
+
+
+def test_traffic_keys_with_an_engine_plan_cannot_replay_name_the_engines_that_can(tmp_path):
+    """Which engines take traffic keys comes from the engine listings (Listing.replays), not a list in check."""
+    text = ("deployments:\n  - name: t\n    model: llama-3.2-1b\n    gpu: H100\n    engine: sglang\n"
+            "    prompt: 500-3000\n    output: 100-800\n")
+    path = write(tmp_path, text)
+    r = run_cli("check", path)
+    assert r.code == 2
+    assert problems(r.err) == [(path, 5, 13, "traffic keys (output, prompt) are replayed through vLLM's scheduler or "
+                                "llama-server's slots; engine sglang is not modelled yet (accepted: vllm, llamacpp)")]
+    replaying = [n for n, row in engines.LISTINGS.items() if row.replays]
+    assert replaying == ["vllm", "llamacpp"]
+
+
+def test_every_key_kind_has_a_converter_and_a_description():
+    """A kind in the schema without a reader would fail only when a file first used that key."""
+    from kvplan.check.schema import EXPECTED
+
+    kinds = set(check.KEYS.values())
+    assert kinds <= set(check.CONVERTERS) and kinds <= set(EXPECTED), kinds - set(check.CONVERTERS)
+    assert set(check.CONVERTERS) == set(EXPECTED)

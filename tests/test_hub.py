@@ -375,3 +375,17 @@ def test_import_kvplan_does_not_import_huggingface_hub() -> None:
     code = "import sys, kvplan, kvplan.resolve, kvplan.hub; print('huggingface_hub' in sys.modules)"
     out = _run(code, {})
     assert out.returncode == 0 and out.stdout.strip() == "False", out.stderr
+
+
+def test_no_error_rule_is_hidden_behind_a_broader_one() -> None:
+    """hub/errors.py's table is read in order, first isinstance match wins: a type after one of its own bases
+    would never be reached (GatedRepoError after RepositoryNotFoundError would read as 'not found')."""
+    from kvplan.hub.errors import errors_table
+
+    kinds = list(errors_table())
+    hidden = [(k.__name__, base.__name__) for i, k in enumerate(kinds) for base in kinds[:i]
+              if issubclass(k, base) and errors_table()[k] is not errors_table()[base]]
+    assert hidden == []
+    from huggingface_hub import errors as E
+
+    assert kinds.index(E.GatedRepoError) < kinds.index(E.RepositoryNotFoundError) < kinds.index(E.HfHubHTTPError)

@@ -11,6 +11,7 @@ text by regex.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -113,7 +114,7 @@ def test_each_case_within_its_reported_error(errors, cid):
 
 
 def test_the_budget_evidence_file_is_what_the_code_gives_today():
-    """kvplan/data/budget_evidence.yaml (the 'likely' interval `fit` prints beside an estimated budget) holds, per
+    """kvplan/data/budget_evidence.json (the 'likely' interval `fit` prints beside an estimated budget) holds, per
     log, kvplan's estimated KV budget minus the printed one; a change to the budget model must rewrite it
     (`python bench/budget_eval.py --evidence`)."""
     from kvplan import evidence
@@ -134,7 +135,7 @@ def test_the_budget_evidence_file_is_what_the_code_gives_today():
         engine = data["engine"].split("@")[0]
         computed.setdefault(engine, {})[cid] = data["results"][0]["kv_budget_bytes"] - round(logged["kv_gib"] * budget_eval.GiB)
         setups.setdefault(engine, {})[cid] = budget_eval.setup_of(info)
-    stored = yaml.safe_load(evidence.EVIDENCE_PATH.read_text())["engines"]
+    stored = json.loads(evidence.EVIDENCE_PATH.read_text())["engines"]
     assert {e: row["errors_bytes"] for e, row in stored.items()} == computed
     assert {e: row["setups"] for e, row in stored.items()} == setups
     assert evidence.for_engine("vllm").logs == len(computed["vllm"])

@@ -1,5 +1,5 @@
 """`kvplan gpus --local`: the local CUDA devices as torch and NVML see them, written in the catalog's form
-(kvplan/data/gpus.yaml), with the catalog entry each one matches, so users can extend the catalog."""
+(kvplan/data/gpus.json), with the catalog entry each one matches, so users can extend the catalog."""
 
 from __future__ import annotations
 
