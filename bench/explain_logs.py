@@ -1,5 +1,5 @@
 """Totals of `kvplan explain` over every log in tests/data, as tests/test_explain.py runs it (the same model and
-dtype hints), for the README and closing notes:
+dtype hints), for docs/explain.md and closing notes:
 
     .venv-dev/bin/python bench/explain_logs.py [--by-case]
 """

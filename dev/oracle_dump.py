@@ -190,7 +190,7 @@ def main(argv):
         "ctx_short": CTX_SHORT,
         "ctx_cap": CTX_CAP,
         "device": "meta",
-        "notes": "see dev/ORACLE_NOTES.md; total excludes 0-d bookkeeping tensors (aux_bytes_excluded)",
+        "notes": "see docs/research/ORACLE_NOTES.md; total excludes 0-d bookkeeping tensors (aux_bytes_excluded)",
     }
     t_all = time.perf_counter()
     for n in todo:

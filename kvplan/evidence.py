@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 EVIDENCE_PATH = Path(__file__).resolve().parent / "data" / "budget_evidence.json"  # fields: data/README.md
-# The file as `fit` has always named it (the basis of its "likely" range). It is JSON now; the text is kept
-# while outputs stay byte-for-byte those of the YAML era (issue 37).
-SHOWN_PATH = "kvplan/data/budget_evidence.yaml"
+# the file as `fit` names it in the basis of its "likely" range
+SHOWN_PATH = "kvplan/data/budget_evidence.json"
 LOW_QUANTILE, HIGH_QUANTILE = 0.1, 0.9  # the central 80% of cases
 
 

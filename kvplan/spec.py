@@ -89,7 +89,7 @@ class SlidingWindow(FullAttention):
 class WindowBeyondContext(FullAttention):
     """A sliding_window no shorter than the model's context (Phi-3.5: 262,144 vs 131,072). It never slides, so most
     engines (and JSON `kind`) treat it as full attention; vLLM still builds a SlidingWindowSpec from it, which
-    reserves one block more per request (its rule in engines/vllm.py)."""
+    reserves one block more per request (its rule in engines/vllm/specs.py)."""
 
     kind: ClassVar[str] = "full"
     window: int = 0

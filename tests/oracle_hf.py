@@ -6,7 +6,7 @@ forward pass on meta tensors runs the real attention / cache code with shapes
 only.  The cache object returned by the forward is then walked and every tensor
 it holds is summed (numel * element_size).
 
-Pinned to transformers 5.23 (see dev/ORACLE_NOTES.md for findings).
+Pinned to transformers 5.23 (see docs/research/ORACLE_NOTES.md for findings).
 
 Public API
 ----------

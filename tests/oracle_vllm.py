@@ -19,10 +19,10 @@ exists, and the `*_once` log caches are cleared per case. ``KVPLAN_VLLM_PYTHON``
 interpreter (a venv with vLLM); the child imports nothing from kvplan.
 
 ``python tests/oracle_vllm.py WORKDIR [ID_PREFIX...]`` runs cases and prints the markdown table of
-dev/VLLM_ORACLE_NOTES.md.
+docs/research/VLLM_ORACLE_NOTES.md.
 
 Findings about vLLM's CPU rules (budget, block sizes, scheduler defaults) and every disagreement with kvplan:
-dev/VLLM_ORACLE_NOTES.md.
+docs/research/VLLM_ORACLE_NOTES.md.
 
 Public API
 ----------
@@ -737,7 +737,7 @@ def _tail(log: Path) -> str:
     return lines[-1][-300:] if lines else "(empty log)"
 
 
-# vLLM knobs kvplan does not have yet (dev/VLLM_ORACLE_NOTES.md D6a, D6c): passed as soon as `kvplan fit --help`
+# vLLM knobs kvplan does not have yet (docs/research/VLLM_ORACLE_NOTES.md D6a, D6c): passed as soon as `kvplan fit --help`
 # lists them under these names, so the tests pick up the fix without an edit here.
 SSM_DTYPE_KNOB = "--mamba-ssm-cache-dtype"
 PREFIX_CACHING_KNOB = "--enable-prefix-caching"
@@ -772,7 +772,7 @@ def kvplan_fit_args(case: Case, result: dict[str, Any], config_path: str | Path,
 
 
 def table(results: dict[str, dict], models: Path, cases: list[Case] | None = None) -> list[str]:
-    """Markdown rows: case, vLLM tokens/blocks/concurrency, kvplan's, equal or not (dev/VLLM_ORACLE_NOTES.md)."""
+    """Markdown rows: case, vLLM tokens/blocks/concurrency, kvplan's, equal or not (docs/research/VLLM_ORACLE_NOTES.md)."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from conftest import run_cli
 

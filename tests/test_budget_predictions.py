@@ -1,5 +1,5 @@
 """The full budget model (no --kv-budget) against the engine logs that state GPU and weights: the errors the
-README's "Capacity predictions" table reports, held here so the table cannot drift from the code."""
+docs/accuracy.md's engine-log table reports (bench/budget_eval.py --docs writes it from these cases), held here."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from conftest import kvjson
 
 CASES = [
-    # case id, kvplan fit args, README error bound (fraction)
+    # case id, kvplan fit args, error bound (fraction)
     ("vllm-qwen2-7b-a100-80gb-tp1-gmu0.25", ["--gpu", "A100-80GB", "--model", "qwen2.5-7b", "--engine", "vllm@0.10.1.1",
                                              "--gpu-memory-utilization", "0.25", "--ctx", "16384", "--max-model-len", "16384"], 0.01),
     ("vllm-qwen2-7b-2xa100-80gb-tp2-gmu0.25", ["--gpu", "2xA100-80GB", "--model", "qwen2.5-7b", "--engine", "vllm@0.10.1.1",

