@@ -35,7 +35,7 @@ def test_kv_never_decreases_with_ctx_or_batch(alias, engine, ctx, extra, batch, 
     # tests/test_oracle_hf.py shows it in a real forward): more ctx can hold fewer bytes there
     assume(not (engine == "hf" and loaded(alias)[1].family == "deepseek-v4"))
     # llama.cpp b11434 cannot run T5 with several sequences in per-slot streams: a one-line refusal at batch > 1
-    assume(not (engine == "llamacpp" and loaded(alias)[1].family in llamacpp.T5_FAMILIES))
+    assume(not (engine == "llamacpp" and loaded(alias)[1].model_type in llamacpp.T5_MODEL_TYPES))
     a = kv(alias, engine, ctx, batch).plan.kv_bytes
     assert kv(alias, engine, ctx + extra, batch).plan.kv_bytes >= a
     assert kv(alias, engine, ctx, batch + more).plan.kv_bytes >= a

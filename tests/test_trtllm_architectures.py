@@ -50,11 +50,12 @@ def test_the_refusals_name_architectures_transformers_defines_and_tensorrt_llm_l
     transformers = pytest.importorskip("transformers")
     from kvplan.engines import trtllm
 
-    for family, (_, archs) in trtllm._NO_MODEL.items():
+    for family, (_, archs, types) in trtllm._NO_MODEL.items():
         for arch in archs.split(" / "):
             assert hasattr(transformers, arch), (family, arch)
             assert arch not in LOADABLE, (family, arch)
-        assert trtllm.REFUSED_FAMILIES[family].startswith(NO_MODEL)
+        for t in types:
+            assert trtllm.REFUSED[t].why.startswith(NO_MODEL) and trtllm.REFUSED[t].name == family
 
 
 @pytest.mark.parametrize("model, name", [("jamba-v0.1", "Jamba"), ("mimo-v2-flash", "MiMo-V2-Flash"),

@@ -33,14 +33,14 @@ def _verify(model: str, engine: str, ctx: int = 64, batch: int = 2, **eo) -> cor
 def test_every_bundled_model_allocates_exactly_its_plan(engine):
     """Storage bytes of the allocated tensors == the CachePlan, per group and in total; and the plan verify
     allocated is the one `size` reports for the same arguments (same bytes, same tensors)."""
-    from kvplan.engines.llamacpp import T5_FAMILIES
+    from kvplan.engines.llamacpp import T5_MODEL_TYPES
     from kvplan.sizing import setup
 
     for model in MODELS:
         if declined(model, engine):
             continue  # sizing refuses in one line (tests/test_size_cli.py); nothing to allocate
         # llama.cpp runs one T5 sequence unless --kv-unified (tests/test_encdec_families.py)
-        batch = 1 if engine == "llamacpp" and setup(ModelOptions(model), EngineOptions(engine)).spec.family in T5_FAMILIES else 2
+        batch = 1 if engine == "llamacpp" and setup(ModelOptions(model), EngineOptions(engine)).spec.model_type in T5_MODEL_TYPES else 2
         r = _verify(model, engine, batch=batch)
         sized = size(ModelOptions(model), EngineOptions(engine), 64, batch)
         assert r.plan == sized.plan, model

@@ -79,11 +79,6 @@ def t5(top: Cfg, c: Cfg, encoder_len: int | None):
     return caches, weights, is_tied, dec_layers, enc_len, dims
 
 
-def encoder_layers(spec: ModelSpec) -> int:
-    """The encoder's layer count of an encoder-decoder spec built here (its encoder weights carry layer ids)."""
-    return len({w.layer for w in spec.weights if w.part == "encoder" and w.layer is not None})
-
-
 def bart(top: Cfg, c: Cfg, encoder_len: int | None):
     """BartForConditionalGeneration / MBartForConditionalGeneration (transformers 5.24 modeling_bart.py,
     modeling_mbart.py): a shared embedding (the encoder's and decoder's embed_tokens are tied to it), learned

@@ -30,13 +30,23 @@ from kvplan.spec import (ChunkedLocal, CompressedIndexerKeys, CompressedLatent, 
 @dataclass(frozen=True)
 class Rules:
     mla_latent: bool  # >= 5.15 caches the MLA latent (kv_nope 512 as "keys", k_rot 64 as "values")
-    kimi_linear: bool = True  # native models/kimi_linear (newer than 5.15.1; before it, Hub remote code only)
-    # native models/deepseek_v4 and models/minimax_m3_vl (both in 5.15.1 with the cache classes 5.24 has; not in 4.57)
-    deepseek_v4: bool = True
-    minimax_m3: bool = True
 
 
-VERSIONS = [("4.57", Rules(False, kimi_linear=False, deepseek_v4=False, minimax_m3=False)), ("5.15", Rules(True))]
+VERSIONS = [("4.57", Rules(mla_latent=False)), ("5.15", Rules(mla_latent=True))]
+# The model code a rule set has: native models/kimi_linear (newer than 5.15.1; before it, Hub remote code only),
+# models/deepseek_v4 and models/minimax_m3_vl (both in 5.15.1 with the cache classes 5.24 has; not in 4.57)
+COVERAGE: dict[type, layout.Coverage] = {
+    SlidingLatent: layout.Coverage((("5.15", None),), "hf@{version} has no DeepSeek-V4 model code (models/deepseek_v4 "
+                                   "is newer; 5.15.1 has it); --engine hf (the newest rules) plans it"),
+    MsaIndexerKeys: layout.Coverage((("5.15", None),), "hf@{version} has no MiniMax-M3 model code "
+                                    "(models/minimax_m3_vl is newer; 5.15.1 has it); --engine hf (the newest rules) "
+                                    "plans it"),
+}
+KDA_SINCE = layout.Coverage((("5.15", None),), "hf@{version} has no Kimi Linear model code (transformers' "
+                            "models/kimi_linear is newer than 5.15.1; before it Kimi Linear ran as Hub remote code); "
+                            "--engine hf (the newest rules) plans it")
+# Remote-code model types transformers runs as one of its native classes (the -hf checkpoints): type -> native type
+SIZED_AS_NATIVE = {"minimax_text_01": "minimax", "minimax_m1": "minimax"}
 KV_DTYPES = ("fp16", "bf16", "fp32")  # cache dtypes this engine can store
 LISTED = LISTINGS["hf"]
 KNOBS = LISTED.knobs
@@ -148,10 +158,8 @@ class KimiStateLayer(StateLayer):
             raise layout.UnsupportedKind("transformers has no Kimi-K3 model code (model_type kimi_k3 is Hub remote "
                                          "code, and its KimiLinear class builds no full-rank KDA gate or 'situ' "
                                          "activation); kvplan has not read that remote code")
-        if not p.selected.rules.kimi_linear:
-            raise layout.UnsupportedKind(f"{p.selected.label} has no Kimi Linear model code (transformers' "
-                                         "models/kimi_linear is newer than 5.15.1; before it Kimi Linear ran as Hub "
-                                         "remote code); --engine hf (the newest rules) plans it")
+        if not KDA_SINCE.covers(p.selected.version):
+            raise layout.UnsupportedKind(KDA_SINCE.message.format(version=p.selected.version))
         return super().tensors(c, ctx, batch, p)
 
 
@@ -346,12 +354,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     model_dt = kvd.k
     kinds = {type(c) for _, c in spec.caches}
-    if kinds & set(layout.DEEPSEEK_V4_CACHES) and not selected.rules.deepseek_v4:
-        raise layout.UnsupportedKind(f"{selected.label} has no DeepSeek-V4 model code (models/deepseek_v4 is newer; "
-                                     "5.15.1 has it); --engine hf (the newest rules) plans it")
-    if MsaIndexerKeys in kinds and not selected.rules.minimax_m3:
-        raise layout.UnsupportedKind(f"{selected.label} has no MiniMax-M3 model code (models/minimax_m3_vl is newer; "
-                                     "5.15.1 has it); --engine hf (the newest rules) plans it")
+    layout.check_coverage(COVERAGE, spec.caches, selected.version)
     notes = [f"{selected.label} DynamicCache after one forward of ctx tokens (no preallocation, no paging)"]
     if spec.dtype is None:
         notes.append("the config names no dtype: transformers would take the checkpoint's; bf16 assumed")
@@ -367,9 +370,9 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     if LightningState in kinds:
         notes.append(f"lightning-attention state [batch, heads, head_dim, head_dim] in {(kvd.state or model_dt).name} "
                      "(models/minimax MiniMaxCache.linear_cache)")
-        if spec.model_type != "minimax":
+        if spec.model_type in SIZED_AS_NATIVE:
             notes.append(f"model_type {spec.model_type} is Hub remote code: sized as transformers' native MiniMax "
-                         "class (model_type minimax, the -hf checkpoints) builds it")
+                         f"class (model_type {SIZED_AS_NATIVE[spec.model_type]}, the -hf checkpoints) builds it")
     if any(issubclass(k, RecurrentState) and k is not LightningState for k in kinds):
         notes.append(f"conv state at full kernel width in {model_dt.name}, SSM/recurrent state in "
                      f"{(kvd.state or dtypes.KV_DTYPES['fp32']).name}")

@@ -72,11 +72,31 @@ class UnsupportedKind(InputError):
     """A cache kind an engine has no rule for, or cannot run."""
 
 
-def check_family(engine: str, refused: Mapping[str, str], family: str) -> None:
-    """A model family the engine does not run, or whose handling in that engine kvplan has not read: one line."""
-    why = refused.get(family)
-    if why:
-        raise UnsupportedKind(f"{engine} cannot size this {family} model: {why}")
+def model_row(table: Mapping[str, R], spec: ModelSpec) -> R | None:
+    """A per-model table's row: keyed by what the engine keys a model on, its class (config.json's architectures[0],
+    a GGUF file's architecture), or for a config type the engine has no class of at all, the config's model_type."""
+    row = table.get(spec.architecture)
+    return row if row is not None else table.get(spec.model_type)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why an engine does not run a model (or kvplan has not read how it does): the model as messages name it."""
+
+    name: str
+    why: str
+
+
+def refuse_model(engine: str, refused: Mapping[str, Refusal], spec: ModelSpec) -> None:
+    """A model the engine does not run, or whose handling in that engine kvplan has not read: one line."""
+    row = model_row(refused, spec)
+    if row is not None:
+        raise UnsupportedKind(f"{engine} cannot size this {row.name} model: {row.why}")
+
+
+def refusals(why: str, name: str, *keys: str) -> dict[str, Refusal]:
+    """Table rows: one refusal under each key (the classes and model types of one model)."""
+    return dict.fromkeys(keys, Refusal(name, why))
 
 
 @dataclass(frozen=True)

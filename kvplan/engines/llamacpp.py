@@ -261,7 +261,7 @@ KIND_RULES: dict[type, Any] = {
 }
 
 
-T5_FAMILIES = ("t5", "mt5")
+T5_MODEL_TYPES = ("t5", "mt5")  # config model types and the GGUF architecture llama.cpp lays out as T5
 # b11434, one T5 GGUF with -np 2 (llama-completion / llama-batched-bench, per-slot streams): GGML_ASSERT(ggml_can_repeat(b, a))
 # in build_attn_mha while sched_reserve builds the graph (the relative-position bias does not broadcast over streams)
 T5_ONE_STREAM = ("llama.cpp b11434 aborts building a T5 graph for more than one sequence in per-slot streams "
@@ -274,12 +274,10 @@ def t5_caches(spec: ModelSpec) -> tuple[tuple[tuple[int, Any], ...], int]:
     decoder_block_count = num_decoder_layers (conversion/t5.py); llama_kv_cache allocates n_layer_all = block_count
     layers of self-attention K/V (src/llama-kv-cache.cpp), so an encoder deeper than the decoder gets cache layers
     no decoder layer writes; a deeper decoder fails to create the context (b11434: vector::_M_range_check)."""
-    from kvplan.architectures import encdec
-
     selfs = [(i, c) for i, c in spec.caches if isinstance(c, FullAttention) and not isinstance(c, CrossAttention)]
     if not spec.is_encoder_decoder or not selfs:  # a t5 GGUF: its caches are block_count layers already
         return spec.caches, spec.num_layers
-    enc = encdec.encoder_layers(spec)
+    enc = spec.encoder_layers
     if len(selfs) > enc:
         raise InputError(f"llama.cpp cannot run this T5 model: its decoder has {len(selfs)} layers, its encoder {enc}, "
                          "and llama.cpp's KV cache has one layer per encoder block (b11434 fails to create the "
@@ -369,34 +367,39 @@ class Prepared(layout.StagedLayout):
                 "n_seq_max": batch, "flags": f"-np {batch} -c {c}"}
 
 
-# Families llama.cpp has no architecture for (src/llama-arch.cpp LLM_ARCH_NAMES, convert_hf_to_gguf.py /
-# conversion/ of b11434): refused rather than sized by the generic recurrent + attention rows
-REFUSED_FAMILIES = {
-    "zamba2": "llama.cpp (b11434) has no zamba2 architecture (its hybrids: jamba, falcon-h1, granitehybrid, "
-              "nemotron_h; ggml-org/llama.cpp pull request 21412 proposing Zamba2 was open when read)",
-    "mllama": "llama.cpp has no mllama architecture (b11434: none in src/llama-arch.cpp, and its converter "
-              "takes no MllamaForConditionalGeneration)",
+# Models llama.cpp has no architecture for (src/llama-arch.cpp LLM_ARCH_NAMES, convert_hf_to_gguf.py /
+# conversion/ of b11434), keyed by class or model type (layout.model_row): refused rather than sized by the generic
+# recurrent + attention rows
+_NO_BART = ("BART / mBART are not a llama.cpp architecture (b11434: no BART in src/llama-arch.cpp, no converter for "
+            "BartForConditionalGeneration)")
+REFUSED: dict[str, layout.Refusal] = {
+    **layout.refusals("llama.cpp (b11434) has no zamba2 architecture (its hybrids: jamba, falcon-h1, granitehybrid, "
+                      "nemotron_h; ggml-org/llama.cpp pull request 21412 proposing Zamba2 was open when read)",
+                      "zamba2", "zamba2"),
+    **layout.refusals("llama.cpp has no mllama architecture (b11434: none in src/llama-arch.cpp, and its converter "
+                      "takes no MllamaForConditionalGeneration)", "mllama", "MllamaForConditionalGeneration"),
     # b11434 architectures (src/llama-arch.cpp) and converters (conversion/__init__.py) know no BART / mBART
-    **dict.fromkeys(("bart", "mbart"), "BART / mBART are not a llama.cpp architecture (b11434: no BART in "
-                    "src/llama-arch.cpp, no converter for BartForConditionalGeneration)"),
+    **layout.refusals(_NO_BART, "bart", "bart"), **layout.refusals(_NO_BART, "mbart", "mbart"),
 }
 
 
-def _check_swa_layers(spec: ModelSpec) -> None:
-    """Families whose GGUF conversion fixes the sliding layers whatever config.json says (b11434):
-    * cohere2: conversion/command_r.py Cohere2Model writes sliding_window but no pattern; src/models/cohere2.cpp
-      load_swa_pattern(ml, 4) then slides layer il iff il % 4 < 3.
-    * smollm3: src/models/smollm3.cpp builds build_attn_inp_kv (no SWA cache) and the converter writes no window."""
-    sliding = {i for i, c in spec.caches if isinstance(c, SlidingWindow)}
-    if spec.family == "cohere2":
-        period4 = {i for i in range(spec.num_layers) if i % 4 < 3}
-        if sliding != period4:
-            raise layout.UnsupportedKind("llama.cpp's cohere2 GGUFs slide layers il % 4 < 3 (src/models/cohere2.cpp "
-                                         "load_swa_pattern(ml, 4); the converter writes no pattern), not this "
-                                         "config's sliding layers: it would not run this model as configured")
-    elif spec.family == "smollm3" and sliding:
+def _cohere2_swa(spec: ModelSpec, sliding: set[int]) -> None:
+    """cohere2: conversion/command_r.py Cohere2Model writes sliding_window but no pattern; src/models/cohere2.cpp
+    load_swa_pattern(ml, 4) then slides layer il iff il % 4 < 3."""
+    if sliding != {i for i in range(spec.num_layers) if i % 4 < 3}:
+        raise layout.UnsupportedKind("llama.cpp's cohere2 GGUFs slide layers il % 4 < 3 (src/models/cohere2.cpp "
+                                     "load_swa_pattern(ml, 4); the converter writes no pattern), not this config's "
+                                     "sliding layers: it would not run this model as configured")
+
+
+def _smollm3_swa(spec: ModelSpec, sliding: set[int]) -> None:
+    """smollm3: src/models/smollm3.cpp builds build_attn_inp_kv (no SWA cache) and the converter writes no window."""
+    if sliding:
         raise layout.UnsupportedKind("llama.cpp's smollm3 architecture has no sliding window (src/models/smollm3.cpp "
                                      "build_attn_inp_kv): it would run this config's sliding layers as full attention")
+
+
+MINIMAX01_CONVERTED = ("MiniMaxText01ForCausalLM", "MiniMaxM1ForCausalLM")  # conversion/minimax.py's classes
 
 
 def _minimax01_as_converted(spec: ModelSpec) -> ModelSpec:
@@ -404,7 +407,7 @@ def _minimax01_as_converted(spec: ModelSpec) -> ModelSpec:
     MiniMaxText01ForCausalLM and MiniMaxM1ForCausalLM only and writes no layer pattern: llama.cpp then makes every
     8th layer full attention (src/models/minimax-01.cpp load_arch_hparams, full_attention_interval default 8). A
     config whose attn_type_list says otherwise, or transformers' native MiniMaxForCausalLM, is refused."""
-    if spec.architecture not in ("MiniMaxText01ForCausalLM", "MiniMaxM1ForCausalLM"):
+    if spec.architecture not in MINIMAX01_CONVERTED:
         raise layout.UnsupportedKind(f"llama.cpp's converter (b11434 conversion/__init__.py) takes MiniMax-01 as "
                                      f"MiniMaxText01ForCausalLM or MiniMaxM1ForCausalLM, not {spec.architecture}")
     lightning = {i for i, c in spec.caches if isinstance(c, LightningState)}
@@ -437,27 +440,38 @@ def gemma3n_layers(spec: ModelSpec) -> ModelSpec:
     return replace(spec, caches=tuple(caches))
 
 
-# What llama.cpp (b11434) runs for a config.json of these families: its converter and loader fix layers the config
-# states otherwise, or refuse it in one line. A GGUF file carries llama.cpp's own metadata and skips this.
+# What llama.cpp (b11434) runs for a config.json of these models (keyed by class or model type, layout.model_row):
+# its converter and loader fix layers the config states otherwise, or refuse it in one line. A GGUF file carries
+# llama.cpp's own metadata and skips this.
 FROM_CONFIG: dict[str, Callable[[ModelSpec], ModelSpec]] = {
-    "gemma3n": gemma3n_layers,
-    "minimax-01": _minimax01_as_converted,
+    **dict.fromkeys(("gemma3n", "gemma3n_text"), gemma3n_layers),
+    # the two classes the converter maps, and the model types of MiniMax-01 configs (transformers' native minimax,
+    # the remote-code minimax_text_01 / minimax_m1), which it refuses under any other class
+    **dict.fromkeys((*MINIMAX01_CONVERTED, "minimax", "minimax_text_01", "minimax_m1"), _minimax01_as_converted),
 }
+# Models whose GGUF conversion fixes the sliding layers whatever config.json says (b11434), by model type (the GGUF
+# architecture of the same name)
+SWA_FROM_CONVERSION: dict[str, Callable[[ModelSpec, set[int]], None]] = {"cohere2": _cohere2_swa,
+                                                                         "smollm3": _smollm3_swa}
+GEMMA3N_MODEL_TYPES = ("gemma3n", "gemma3n_text")  # config model types and the GGUF architecture
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
-    layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
-    if spec.stored_format is None and spec.family in FROM_CONFIG:
-        spec = FROM_CONFIG[spec.family](spec)
+    layout.refuse_model(ENGINE.name, REFUSED, spec)
+    as_converted = layout.model_row(FROM_CONFIG, spec)
+    if spec.stored_format is None and as_converted is not None:
+        spec = as_converted(spec)
     if tp > 1:
         raise InputError("llama.cpp splits a model by layers across GPUs, not by tensor parallelism; use --pp N "
                          "for a layer split over N GPUs")
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
-    _check_swa_layers(spec)
+    swa_check = layout.model_row(SWA_FROM_CONVERSION, spec)
+    if swa_check is not None:
+        swa_check(spec, {i for i, c in spec.caches if isinstance(c, SlidingWindow)})
     rules = selected.rules
     unified = bool(opts.get("kv_unified") or False)
-    t5 = spec.family in T5_FAMILIES
+    t5 = spec.model_type in T5_MODEL_TYPES
     if t5:
         caches, n_layers = t5_caches(spec)
         spec = replace(spec, caches=caches, num_layers=n_layers)
@@ -466,7 +480,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     flash_attn = opts.get("flash_attn")
     flash_attn = True if flash_attn is None else bool(flash_attn)
     kinds = {type(c) for _, c in spec.caches}
-    if spec.family == "gemma3n":
+    if spec.model_type in GEMMA3N_MODEL_TYPES:
         kept = sum(not isinstance(c, SharedKV) for _, c in spec.caches)
         notes_g3n = [f"Gemma-3n: llama.cpp keeps K/V on the first {kept} layers (n_layer_kv_from_start = "
                      f"{GEMMA3N_KV_LAYERS}, fixed in src/models/gemma3n.cpp, not num_kv_shared_layers)"]

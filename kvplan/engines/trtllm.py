@@ -36,7 +36,7 @@ from kvplan.errors import InputError
 from kvplan.parallel import heads_ceil
 from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, LayerCache,
                          KimiDeltaState, LightningState, LinearAttentionState, MambaState, ModelSpec, NoCache,
-                         RecurrentState, SharedKV, ShortConvState, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
+                         RecurrentState, SharedKV, ShortConvState, SlidingLatent, SlidingWindow, SparseLatentAttention, WindowBeyondContext)
 
 
 @dataclass(frozen=True)
@@ -127,13 +127,16 @@ FIRST_RELEASE = {
 # NemotronHForCausalLM with MoE layers (Nemotron-3 Nano / Super / Ultra): PR #9261 ("Add support for nano-v3 and
 # super-v3 with pytorch backend", opened 2025-11-18) brought its MoE blocks to the PyTorch backend
 NEMOTRON_3 = ("1.1", "Nemotron-3", f"PR #9261, opened on 2025-11-18, added them; {_AFTER_1_0}")
+# classes whose MoE variant arrived later than the class: class -> (row, what an older release lacks)
+FIRST_RELEASE_WITH_MOE = {"NemotronHForCausalLM": (NEMOTRON_3, "NemotronHForCausalLM with MoE layers")}
 
 
 def release_gate(spec: ModelSpec) -> tuple[tuple[str, str, str] | None, str]:
     """FIRST_RELEASE's row for the model and what an older release lacks: by architecture, and Nemotron-3 apart from
     the Nemotron-H it shares one with."""
-    if spec.architecture == "NemotronHForCausalLM" and spec.widths.experts_per_token:
-        return NEMOTRON_3, "NemotronHForCausalLM with MoE layers"
+    moe = FIRST_RELEASE_WITH_MOE.get(spec.architecture)
+    if moe is not None and spec.widths.experts_per_token:
+        return moe
     return FIRST_RELEASE.get(spec.architecture), spec.architecture
 
 
@@ -334,51 +337,60 @@ _ENC_DEC = ("not modelled: TensorRT-LLM holds cross-attention K/V in a separate 
 # _torch/models/_arch_index.py MODEL_ARCH_TO_MODULE and the TensorRT-engine flow's tensorrt_llm/models MODEL_MAP, read in
 # main 2026): it cannot load them, so no layout rule applies. tests/test_trtllm_architectures.py checks each family's
 # architectures against both lists.
-_NO_MODEL = {
-    "lfm2": ("LFM2", "Lfm2ForCausalLM"),
-    "falcon-h1": ("Falcon-H1", "FalconH1ForCausalLM"),
-    "granite-hybrid": ("Granite-4.0-H", "GraniteMoeHybridForCausalLM"),
-    "bamba": ("Bamba", "BambaForCausalLM"),
-    "jamba": ("Jamba", "JambaForCausalLM"),
+_NO_MODEL = {  # the model as messages name it: (its name, the classes its configs carry, its config model types)
+    "lfm2": ("LFM2", "Lfm2ForCausalLM", ("lfm2", "lfm2_moe")),
+    "falcon-h1": ("Falcon-H1", "FalconH1ForCausalLM", ("falcon_h1",)),
+    "granite-hybrid": ("Granite-4.0-H", "GraniteMoeHybridForCausalLM", ("granitemoehybrid",)),
+    "bamba": ("Bamba", "BambaForCausalLM", ("bamba",)),
+    "jamba": ("Jamba", "JambaForCausalLM", ("jamba",)),
     # a fork's modeling_mimo_v2_flash.py (WeiHaocheng/TensorRT-LLM, not merged) pads V to the 192-wide K in the cache
-    "mimo-v2-flash": ("MiMo-V2-Flash", "MiMoV2FlashForCausalLM"),
-    "smollm3": ("SmolLM3", "SmolLM3ForCausalLM"),
-    "zamba2": ("Zamba2", "Zamba2ForCausalLM"),
-    "gemma3n": ("Gemma-3n", "Gemma3nForConditionalGeneration / Gemma3nForCausalLM"),
+    "mimo-v2-flash": ("MiMo-V2-Flash", "MiMoV2FlashForCausalLM", ("mimo_v2_flash",)),
+    "smollm3": ("SmolLM3", "SmolLM3ForCausalLM", ("smollm3",)),
+    "zamba2": ("Zamba2", "Zamba2ForCausalLM", ("zamba2",)),
+    "gemma3n": ("Gemma-3n", "Gemma3nForConditionalGeneration / Gemma3nForCausalLM", ("gemma3n", "gemma3n_text")),
 }
-REFUSED_FAMILIES = {
-    **{family: f"TensorRT-LLM has no {name} model ({arch} is in neither _torch/models/_arch_index.py "
-               "MODEL_ARCH_TO_MODULE nor tensorrt_llm/models MODEL_MAP)" for family, (name, arch) in _NO_MODEL.items()},
+# keyed by the model class (layout.model_row), or by model_type where TensorRT-LLM has no class of that type at all
+REFUSED: dict[str, layout.Refusal] = {
+    **{t: layout.Refusal(family, f"TensorRT-LLM has no {name} model ({arch} is in neither _torch/models/_arch_index.py "
+                                 "MODEL_ARCH_TO_MODULE nor tensorrt_llm/models MODEL_MAP)")
+       for family, (name, arch, types) in _NO_MODEL.items() for t in types},
     # Llama-3.2-Vision: the PyTorch backend's _torch/models/modeling_mllama.py builds the cross-attention layers as
     # None ("TODO: Cross-attention decoder layer impl.") and runs text only (skip_cross_attention); the TensorRT-engine
     # flow (models/mllama, enc-dec cross KV pools) is not read here
-    "mllama": "not modelled: TensorRT-LLM's PyTorch backend runs Llama-3.2-Vision text-only (its cross-attention "
-              "layers are not built: _torch/models/modeling_mllama.py), and kvplan has not read its TensorRT-engine "
-              "flow (models/mllama)",
-    **dict.fromkeys(("t5", "mt5", "bart", "mbart", "whisper"), _ENC_DEC),
+    **layout.refusals("not modelled: TensorRT-LLM's PyTorch backend runs Llama-3.2-Vision text-only (its "
+                      "cross-attention layers are not built: _torch/models/modeling_mllama.py), and kvplan has not read "
+                      "its TensorRT-engine flow (models/mllama)", "mllama", "MllamaForConditionalGeneration"),
+    **{t: layout.Refusal(t, _ENC_DEC) for t in ("t5", "mt5", "bart", "mbart", "whisper")},
     # Read in NVIDIA/TensorRT-LLM main (2026, after the 1.2.1 wheel; the model files are newer than the 1.0 rules):
     # docs/source/features/kvcache.md "Selecting the KV Cache Manager" routes Gemma 4's hybrid attention and the
     # sparse-attention models to KVCacheManagerV2 unconditionally, and Gemma3/Gemma4 to V2 by default
     # (NVIDIA/TensorRT-LLM#17396); V2's per-layer-group pools (head_dim_per_layer, pool_ratio) are not laid out here
-    "gemma4": "not modelled: TensorRT-LLM (_torch/models/modeling_gemma4.py) runs Gemma 4 on KVCacheManagerV2 "
-              "unconditionally (docs/source/features/kvcache.md: its per-layer buffer layouts, head_dim 256 sliding / "
-              "global_head_dim 512 full, cannot be represented by V1's unified pool), whose pools kvplan has not "
-              "laid out",
-    "deepseek-v4": "not modelled: TensorRT-LLM (_torch/models/modeling_deepseekv4.py) runs DeepSeek-V4 on "
-                   "KVCacheManagerV2 with auxiliary per-layer sparse-attention buffers "
-                   "(docs/source/features/kvcache.md), which kvplan has not laid out",
+    **layout.refusals("not modelled: TensorRT-LLM (_torch/models/modeling_gemma4.py) runs Gemma 4 on "
+                      "KVCacheManagerV2 unconditionally (docs/source/features/kvcache.md: its per-layer buffer layouts, "
+                      "head_dim 256 sliding / global_head_dim 512 full, cannot be represented by V1's unified pool), "
+                      "whose pools kvplan has not laid out", "gemma4", "gemma4", "gemma4_text"),
     # modeling_step3p7.py (registered as Step3p5ForCausalLM) passes the sliding window per forward
     # (Step3p7Attention.forward: attention_window_size or sliding_window) and names FlashInfer + KVCacheManagerV2 its
     # production path; which release first ran it on V1 was not established, so no V1 figure is given
-    "step-3.7": "not modelled: TensorRT-LLM (_torch/models/modeling_step3p7.py) names FlashInfer on KVCacheManagerV2 "
-                "its production path, whose pools kvplan has not laid out, and the first release that runs it on the "
-                "V1 manager is not established",
+    **layout.refusals("not modelled: TensorRT-LLM (_torch/models/modeling_step3p7.py) names FlashInfer on "
+                      "KVCacheManagerV2 its production path, whose pools kvplan has not laid out, and the first release "
+                      "that runs it on the V1 manager is not established", "step-3.7",
+                      "Step3p7ForConditionalGeneration", "Step3p7FlashForCausalLM"),
+}
+# DeepSeek-V4's caches: the whole model is refused first, in these words
+REFUSED_KINDS: dict[type, layout.Refusal] = {
+    SlidingLatent: layout.Refusal("deepseek-v4", "not modelled: TensorRT-LLM (_torch/models/modeling_deepseekv4.py) "
+                                  "runs DeepSeek-V4 on KVCacheManagerV2 with auxiliary per-layer sparse-attention "
+                                  "buffers (docs/source/features/kvcache.md), which kvplan has not laid out"),
 }
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
-    layout.check_family(ENGINE.name, REFUSED_FAMILIES, spec.family)
+    layout.refuse_model(ENGINE.name, REFUSED, spec)
+    for kind, refusal in REFUSED_KINDS.items():
+        if any(isinstance(c, kind) for _, c in spec.caches):
+            raise layout.UnsupportedKind(f"{ENGINE.name} cannot size this {refusal.name} model: {refusal.why}")
     check_release_runs(spec, selected)
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
     layout.refuse_parallel_hybrid(ENGINE.name, spec.caches, "TensorRT-LLM's source for it is not read here")

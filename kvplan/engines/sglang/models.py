@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from kvplan.engines import layout
 from kvplan.engines.versions import Selected, version_key
-from kvplan.engines.sglang.rules import COVERAGE, Rules
+from kvplan.engines.sglang.rules import COVERAGE, ENGINE, Rules
 from kvplan.errors import InputError
 from kvplan.spec import (CrossAttention, FullAttention, ModelSpec, SharedKV, SlidingWindow, WindowBeyondContext)
 
@@ -68,10 +68,12 @@ WHISPER = frozenset({"WhisperForConditionalGeneration"})
 # MllamaForConditionalGeneration.
 _ENC_DEC = ("SGLang (0.5.10 read) has no {} model: srt/models has none, and configs/model_config.py "
             "is_encoder_decoder_model knows only Whisper and Mllama")
-NO_MODEL: dict[str, str] = {"bamba": "SGLang 0.5.10 has no BambaForCausalLM (srt/models)",
-                            "zamba2": "SGLang has no Zamba2ForCausalLM (no srt/models/zamba2.py)",
-                            **dict.fromkeys(("t5", "mt5"), _ENC_DEC.format("T5 / mT5")),
-                            **dict.fromkeys(("bart", "mbart"), _ENC_DEC.format("BART / mBART"))}
+NO_MODEL: dict[str, layout.Refusal] = {
+    t: layout.Refusal(t, why) for t, why in (
+        ("bamba", "SGLang 0.5.10 has no BambaForCausalLM (srt/models)"),
+        ("zamba2", "SGLang has no Zamba2ForCausalLM (no srt/models/zamba2.py)"),
+        ("t5", _ENC_DEC.format("T5 / mT5")), ("mt5", _ENC_DEC.format("T5 / mT5")),
+        ("bart", _ENC_DEC.format("BART / mBART")), ("mbart", _ENC_DEC.format("BART / mBART")))}
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,7 @@ READ_SINCE: dict[str, ReadSince] = {
 
 def refuse(spec: ModelSpec, selected: Selected[Rules]) -> None:
     """A model SGLang has no class for, or whose class kvplan read only in later rule sets: one line."""
-    if spec.model_type in NO_MODEL:
-        raise layout.UnsupportedKind(f"sglang cannot size this {spec.model_type} model: {NO_MODEL[spec.model_type]}")
+    layout.refuse_model(ENGINE.name, NO_MODEL, spec)
     read = READ_SINCE.get(spec.architecture)
     if read is not None and version_key(selected.version) < version_key(read.first):
         raise layout.UnsupportedKind(f"sglang cannot size this {read.name} model: {read.why}")

@@ -13,7 +13,7 @@ from typing import Any
 from kvplan.dtypes import DType
 from kvplan.engines import layout
 from kvplan.engines.versions import Selected, version_key
-from kvplan.engines.vllm.rules import Rules
+from kvplan.engines.vllm.rules import ENGINE, Rules
 from kvplan.errors import InputError
 from kvplan.spec import FullAttention, ModelSpec, SharedKV, SlidingWindow, WindowBeyondContext
 
@@ -80,7 +80,7 @@ _BART = ("vLLM's V1 engine has no BART: BART / mBART ran on V0 only and were rem
          "registry.py _OOT_SUPPORTED_MODELS points them to the vllm-project/bart-plugin, whose cache kvplan has not "
          "read, and its Transformers-backend fallback fails on them (the CPU build: no position_ids in "
          "BartDecoder.forward); use --engine hf")
-NO_MODEL = {"t5": _T5, "mt5": _T5, "bart": _BART, "mbart": _BART}
+NO_MODEL = {t: layout.Refusal(t, why) for t, why in (("t5", _T5), ("mt5", _T5), ("bart", _BART), ("mbart", _BART))}
 
 # models/*.py classes that declare SupportsMambaPrefixCaching (the 0.18.1 and 0.26.0 wheels; Bamba until its
 # removal in 0.23.0): with prefix caching, vLLM 0.15.0-0.27.0 give them mamba_cache_mode "all" (Rules.mamba_all_mode;
@@ -141,8 +141,7 @@ def refuse(spec: ModelSpec, selected: Selected[Rules], tp: int, pp: int) -> None
         raise layout.UnsupportedKind(f"vLLM {asked} runs {arch} on its V0 engine only (models/mllama.py "
                                      "SupportsV0Only; engine/arg_utils.py falls back to V0), whose cache kvplan does "
                                      "not model (its rules are V1's)")
-    if spec.model_type in NO_MODEL:
-        raise layout.UnsupportedKind(f"vllm cannot size this {spec.model_type} model: {NO_MODEL[spec.model_type]}")
+    layout.refuse_model(ENGINE.name, NO_MODEL, spec)
 
 
 def refuse_class(spec: ModelSpec, selected: Selected[Rules], tp: int, pp: int) -> None:

@@ -1,0 +1,72 @@
+"""The shape of the package, held so that it cannot drift back (issue 37): engines know models only through the
+ModelSpec and tables keyed by what the engine keys on, never by kvplan's family names or a model-family module;
+modules stay small; nothing outside the engine modules picks an engine by comparing its name."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PKG = Path(__file__).resolve().parents[1] / "kvplan"
+ENGINES = PKG / "engines"
+MAX_LINES = 600
+
+
+def _modules(root: Path) -> list[Path]:
+    return sorted(p for p in root.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _imports(path: Path) -> list[str]:
+    """Every module a file imports, at the top or inside a function."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            out.append(node.module)
+            out += [f"{node.module}.{a.name}" for a in node.names]
+    return out
+
+
+@pytest.mark.parametrize("path", _modules(ENGINES), ids=lambda p: str(p.relative_to(PKG)))
+def test_engines_import_no_family_module(path):
+    """An engine reads facts off the ModelSpec (encoder layers, windows, ...); a family module is the families'."""
+    bad = [m for m in _imports(path) if m == "kvplan.architectures" or m.startswith("kvplan.architectures.")]
+    assert not bad, bad
+
+
+def _literal_strings(node: ast.AST) -> bool:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return True
+    return isinstance(node, (ast.Tuple, ast.List, ast.Set)) and any(_literal_strings(e) for e in node.elts)
+
+
+@pytest.mark.parametrize("path", _modules(ENGINES), ids=lambda p: str(p.relative_to(PKG)))
+def test_engines_compare_no_model_name(path):
+    """No `spec.family` anywhere in an engine, and no architecture / model_type compared with a name written in
+    the code: a model an engine treats specially is a row of a table keyed by its class (layout.model_row)."""
+    tree = ast.parse(path.read_text())
+    family = [n.lineno for n in ast.walk(tree) if isinstance(n, ast.Attribute) and n.attr == "family"]
+    assert not family, f"{path.name}: .family read at lines {family}"
+    named = []
+    for n in ast.walk(tree):
+        if not isinstance(n, ast.Compare):
+            continue
+        sides = [n.left, *n.comparators]
+        keyed = any(isinstance(s, ast.Attribute) and s.attr in ("architecture", "model_type") for s in sides)
+        if keyed and any(_literal_strings(s) for s in sides):
+            named.append(n.lineno)
+    assert not named, f"{path.name}: a model name compared at lines {named}"
+
+
+def test_the_guard_sees_a_family_branch(tmp_path):
+    """The two checks above fail on the code they forbid (so their passing means something)."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(spec):\n    if spec.architecture in ('Cohere2ForCausalLM',):\n        return 1\n"
+                   "    from kvplan.architectures import encdec\n    return spec.family\n")
+    with pytest.raises(AssertionError, match="line"):
+        test_engines_compare_no_model_name(bad)
+    with pytest.raises(AssertionError):
+        test_engines_import_no_family_module(bad)
