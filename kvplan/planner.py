@@ -11,6 +11,7 @@ from typing import Any
 
 from kvplan import JSON_SCHEMA, catalog
 from kvplan.engines.base import Budget, Capacity, GpuContext, largest
+from kvplan.engines.listing import LISTINGS
 from kvplan.errors import InputError, KvplanError
 from kvplan.gpus import GpuSelection
 from kvplan.sizing import EngineOptions, ModelOptions, Setup, setup as make_setup
@@ -204,7 +205,7 @@ def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int |
 
 def _calibration(s: Setup, gpu: GpuSelection, calibrations: tuple, warnings: list[str]):
     """The saved measurement for this engine rules row, GPU, model shape, weights and parallelism, if any."""
-    if not calibrations or not hasattr(s.engine.module, "calibrated_budget") or gpu.gpu.vendor == "generic":
+    if not calibrations or not LISTINGS[s.engine.name].calibrates or gpu.gpu.vendor == "generic":
         return None
     from kvplan import calibration
 

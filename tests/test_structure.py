@@ -70,3 +70,15 @@ def test_the_guard_sees_a_family_branch(tmp_path):
         test_engines_compare_no_model_name(bad)
     with pytest.raises(AssertionError):
         test_engines_import_no_family_module(bad)
+
+
+ENGINE_MODULES = ("vllm", "sglang", "llamacpp", "trtllm", "hf")
+
+
+@pytest.mark.parametrize("path", _modules(PKG / "serving"), ids=lambda p: p.name)
+def test_the_replay_imports_no_engine_module(path):
+    """`kvplan plan` reaches an engine through its listing and its module's view of the pool (engines/views.py),
+    so a change inside an engine's layout classes cannot break the replay unseen."""
+    bad = [m for m in _imports(path) if any(m == f"kvplan.engines.{e}" or m.startswith(f"kvplan.engines.{e}.")
+                                            for e in ENGINE_MODULES)]
+    assert not bad, bad

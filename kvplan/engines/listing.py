@@ -66,6 +66,8 @@ class Listing:
     # what `kvplan plan` (and check's traffic keys) replay for this engine: the scheduler's name in messages, or ""
     # where no replay is modelled
     replays: str = ""
+    replay_pool: str = ""  # how serving/ replays it: "blocks" (a scheduler over a block pool) or "slots" (server slots)
+    calibrates: bool = False  # `explain --save-calibration` can measure its non-KV memory (calibrated_budget)
 
 
 LISTINGS: dict[str, Listing] = {row.name: row for row in (
@@ -81,7 +83,7 @@ LISTINGS: dict[str, Listing] = {row.name: row for row in (
         Knob("gpu_memory_utilization", "fraction", "fraction of CUDA total memory vLLM may use (0.92 / 0.90 by version)", layout=False),
         Knob("max_num_seqs", "count", "running-request limit", layout=False),
         Knob("max_model_len", "tokens", "the engine's max_model_len for its start-up check (default: the model max)", layout=False),
-    ), replays="vLLM's scheduler"),
+    ), replays="vLLM's scheduler", replay_pool="blocks", calibrates=True),
     Listing("sglang", "kvplan.engines.sglang", (), "SGLang token pools", knob_table(
         Knob("page_size", "count", "tokens per page (SGLang default 1; some attention backends force 64/128)"),
         Knob("mem_fraction_static", "fraction", "fraction of free memory for weights + KV pool", layout=False),
@@ -94,7 +96,7 @@ LISTINGS: dict[str, Listing] = {row.name: row for row in (
              layout=False),
         Knob("disable_radix_cache", "bool", "hybrids: one Mamba state slot a running request, and with "
                                             "--max-running-requests that many slots", layout=False),
-    )),
+    ), calibrates=True),
     Listing("llamacpp", "kvplan.engines.llamacpp", ("llama.cpp", "llama-cpp", "llama_cpp"), "llama.cpp KV cells",
             knob_table(
         Knob("ubatch", "count", "-ub: physical batch (SWA cells = window + ubatch; default 512)"),
@@ -105,7 +107,7 @@ LISTINGS: dict[str, Listing] = {row.name: row for row in (
                                   "default: the most slots of the longest request the budget holds)", layout=False),
         Knob("ctx_size", "tokens", "-c: llama-server's context of all slots together (plan only; default slots x the "
                                    "longest request)", layout=False),
-    ), replays="llama-server's slots"),
+    ), replays="llama-server's slots", replay_pool="slots"),
     Listing("trtllm", "kvplan.engines.trtllm", ("tensorrt-llm", "tensorrt_llm", "trt-llm"), "TensorRT-LLM block pools",
             knob_table(
         Knob("tokens_per_block", "count", "tokens per KV block (LLM API default 32; trtllm-build 64)"),

@@ -4,7 +4,7 @@ occupy, and the Mamba state slots a running request holds; each rule sizes its l
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kvplan import dtypes
 from kvplan.engines import layout
@@ -17,6 +17,9 @@ from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, IndexerKey
                          LayerCache, LightningState, LinearAttentionState, MambaState, ModelSpec, MsaIndexerKeys,
                          NoCache, RecurrentState, SharedKV, ShortConvState, SlidingWindow, SparseLatentAttention,
                          WindowBeyondContext)
+
+if TYPE_CHECKING:
+    from kvplan.engines.sglang.prepared import Prepared
 
 
 def _not_read(kind: type, p: "Prepared") -> None:

@@ -23,6 +23,7 @@ from kvplan.engines.vllm.budget import (budget, calibrated_budget, capacity, fit
 from kvplan.engines.vllm.groups import GDN_CHECKPOINT_ALIGNMENT, StageLayout, VGroup, build_stage  # noqa: F401
 from kvplan.engines.vllm.models import MAMBA1_CHUNK
 from kvplan.engines.vllm.prepared import Prepared
+from kvplan.engines.vllm.replay import replay_view  # noqa: F401
 from kvplan.engines.vllm.rules import (COVERAGE, ENGINE, KNOBS, KV_DTYPES, VERSIONS, Rules,  # noqa: F401
                                        default_kv_dtype, default_max_num_batched_tokens, default_max_num_seqs_for,
                                        select_version)

@@ -99,7 +99,7 @@ def profile(prepared: Prepared, gpu: base.GpuContext, opts: dict[str, Any]) -> t
 
 def pool_blocks(prepared: Prepared, budgets: list[int]) -> int:
     """The blocks in the pool (block 0, the null block, included): across workers vLLM takes the minimum block
-    count (get_kv_cache_configs). Public for the scheduler replay (serving.py)."""
+    count (get_kv_cache_configs). Public for the scheduler replay (replay.py)."""
     counts = []
     for s, st in enumerate(prepared.stages):
         if st.bytes_per_block <= 0:

@@ -25,7 +25,9 @@ from kvplan import dtypes
 from kvplan.engines import base, layout
 from kvplan.engines.base import EngineInfo, KVDtypes, PlanGroup, pad_to, tensor
 from kvplan.engines.listing import LISTINGS
+from kvplan.engines.llamacpp import models
 from kvplan.engines.versions import Selected, select
+from kvplan.engines.views import SlotView
 from kvplan.errors import InputError
 from kvplan.parallel import heads_unsplit
 from kvplan.spec import (MsaIndexerKeys, ChunkedLocal, CrossAttention, FullAttention, IndexerKeys, LatentAttention, KimiDeltaState,
@@ -367,106 +369,19 @@ class Prepared(layout.StagedLayout):
                 "n_seq_max": batch, "flags": f"-np {batch} -c {c}"}
 
 
-# Models llama.cpp has no architecture for (src/llama-arch.cpp LLM_ARCH_NAMES, convert_hf_to_gguf.py /
-# conversion/ of b11434), keyed by class or model type (layout.model_row): refused rather than sized by the generic
-# recurrent + attention rows
-_NO_BART = ("BART / mBART are not a llama.cpp architecture (b11434: no BART in src/llama-arch.cpp, no converter for "
-            "BartForConditionalGeneration)")
-REFUSED: dict[str, layout.Refusal] = {
-    **layout.refusals("llama.cpp (b11434) has no zamba2 architecture (its hybrids: jamba, falcon-h1, granitehybrid, "
-                      "nemotron_h; ggml-org/llama.cpp pull request 21412 proposing Zamba2 was open when read)",
-                      "zamba2", "zamba2"),
-    **layout.refusals("llama.cpp has no mllama architecture (b11434: none in src/llama-arch.cpp, and its converter "
-                      "takes no MllamaForConditionalGeneration)", "mllama", "MllamaForConditionalGeneration"),
-    # b11434 architectures (src/llama-arch.cpp) and converters (conversion/__init__.py) know no BART / mBART
-    **layout.refusals(_NO_BART, "bart", "bart"), **layout.refusals(_NO_BART, "mbart", "mbart"),
-}
-
-
-def _cohere2_swa(spec: ModelSpec, sliding: set[int]) -> None:
-    """cohere2: conversion/command_r.py Cohere2Model writes sliding_window but no pattern; src/models/cohere2.cpp
-    load_swa_pattern(ml, 4) then slides layer il iff il % 4 < 3."""
-    if sliding != {i for i in range(spec.num_layers) if i % 4 < 3}:
-        raise layout.UnsupportedKind("llama.cpp's cohere2 GGUFs slide layers il % 4 < 3 (src/models/cohere2.cpp "
-                                     "load_swa_pattern(ml, 4); the converter writes no pattern), not this config's "
-                                     "sliding layers: it would not run this model as configured")
-
-
-def _smollm3_swa(spec: ModelSpec, sliding: set[int]) -> None:
-    """smollm3: src/models/smollm3.cpp builds build_attn_inp_kv (no SWA cache) and the converter writes no window."""
-    if sliding:
-        raise layout.UnsupportedKind("llama.cpp's smollm3 architecture has no sliding window (src/models/smollm3.cpp "
-                                     "build_attn_inp_kv): it would run this config's sliding layers as full attention")
-
-
-MINIMAX01_CONVERTED = ("MiniMaxText01ForCausalLM", "MiniMaxM1ForCausalLM")  # conversion/minimax.py's classes
-
-
-def _minimax01_as_converted(spec: ModelSpec) -> ModelSpec:
-    """A MiniMax-01 config.json becomes a GGUF through convert_hf_to_gguf (b11434 conversion/minimax.py), which maps
-    MiniMaxText01ForCausalLM and MiniMaxM1ForCausalLM only and writes no layer pattern: llama.cpp then makes every
-    8th layer full attention (src/models/minimax-01.cpp load_arch_hparams, full_attention_interval default 8). A
-    config whose attn_type_list says otherwise, or transformers' native MiniMaxForCausalLM, is refused."""
-    if spec.architecture not in MINIMAX01_CONVERTED:
-        raise layout.UnsupportedKind(f"llama.cpp's converter (b11434 conversion/__init__.py) takes MiniMax-01 as "
-                                     f"MiniMaxText01ForCausalLM or MiniMaxM1ForCausalLM, not {spec.architecture}")
-    lightning = {i for i, c in spec.caches if isinstance(c, LightningState)}
-    if lightning != {i for i in range(spec.num_layers) if (i + 1) % 8}:
-        raise layout.UnsupportedKind("llama.cpp makes every 8th MiniMax-01 layer full attention (src/models/"
-                                     "minimax-01.cpp; the converter writes no layer pattern), which this config's "
-                                     "attn_type_list does not: size the GGUF itself")
-    return spec
-
-
-# src/models/gemma3n.cpp load_arch_hparams (b11434): n_layer_kv_from_start = 20 whatever the file says (the
-# converter writes gemma3n.attention.shared_kv_layers; the loader never reads it)
-GEMMA3N_KV_LAYERS = 20
-
-
-def gemma3n_layers(spec: ModelSpec) -> ModelSpec:
-    """Gemma-3n as llama.cpp (b11434) lays it out: the first 20 layers keep K/V (llama_hparams::has_kv), every later
-    layer reuses layer 20 - 2 (sliding) or 20 - 1 (full) (llama-model.cpp create_memory's reuse callback), whatever
-    num_kv_shared_layers says: E2B (30 layers, 10 shared) and E4B (35, 15) come out as in transformers, other
-    splits do not (a model of 20 layers or fewer shares nothing)."""
-    own = {i: c for i, c in spec.caches if not isinstance(c, SharedKV)}
-    kind = {i: own[c.target] if isinstance(c, SharedKV) else c for i, c in spec.caches}
-    caches = []
-    for i, c in spec.caches:
-        if i < GEMMA3N_KV_LAYERS:
-            caches.append((i, kind[i]))
-        else:
-            swa = isinstance(kind[i], (SlidingWindow, WindowBeyondContext))
-            caches.append((i, SharedKV(GEMMA3N_KV_LAYERS - (2 if swa else 1))))
-    return replace(spec, caches=tuple(caches))
-
-
-# What llama.cpp (b11434) runs for a config.json of these models (keyed by class or model type, layout.model_row):
-# its converter and loader fix layers the config states otherwise, or refuse it in one line. A GGUF file carries
-# llama.cpp's own metadata and skips this.
-FROM_CONFIG: dict[str, Callable[[ModelSpec], ModelSpec]] = {
-    **dict.fromkeys(("gemma3n", "gemma3n_text"), gemma3n_layers),
-    # the two classes the converter maps, and the model types of MiniMax-01 configs (transformers' native minimax,
-    # the remote-code minimax_text_01 / minimax_m1), which it refuses under any other class
-    **dict.fromkeys((*MINIMAX01_CONVERTED, "minimax", "minimax_text_01", "minimax_m1"), _minimax01_as_converted),
-}
-# Models whose GGUF conversion fixes the sliding layers whatever config.json says (b11434), by model type (the GGUF
-# architecture of the same name)
-SWA_FROM_CONVERSION: dict[str, Callable[[ModelSpec, set[int]], None]] = {"cohere2": _cohere2_swa,
-                                                                         "smollm3": _smollm3_swa}
-GEMMA3N_MODEL_TYPES = ("gemma3n", "gemma3n_text")  # config model types and the GGUF architecture
 
 
 def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected[Rules], opts: dict[str, Any],
             gpu: base.GpuContext | None = None) -> Prepared:
-    layout.refuse_model(ENGINE.name, REFUSED, spec)
-    as_converted = layout.model_row(FROM_CONFIG, spec)
+    layout.refuse_model(ENGINE.name, models.REFUSED, spec)
+    as_converted = layout.model_row(models.FROM_CONFIG, spec)
     if spec.stored_format is None and as_converted is not None:
         spec = as_converted(spec)
     if tp > 1:
         raise InputError("llama.cpp splits a model by layers across GPUs, not by tensor parallelism; use --pp N "
                          "for a layer split over N GPUs")
     layout.check_rules(ENGINE.name, KIND_RULES, spec.caches)
-    swa_check = layout.model_row(SWA_FROM_CONVERSION, spec)
+    swa_check = layout.model_row(models.SWA_FROM_CONVERSION, spec)
     if swa_check is not None:
         swa_check(spec, {i for i, c in spec.caches if isinstance(c, SlidingWindow)})
     rules = selected.rules
@@ -480,10 +395,10 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     flash_attn = opts.get("flash_attn")
     flash_attn = True if flash_attn is None else bool(flash_attn)
     kinds = {type(c) for _, c in spec.caches}
-    if spec.model_type in GEMMA3N_MODEL_TYPES:
+    if spec.model_type in models.GEMMA3N_MODEL_TYPES:
         kept = sum(not isinstance(c, SharedKV) for _, c in spec.caches)
         notes_g3n = [f"Gemma-3n: llama.cpp keeps K/V on the first {kept} layers (n_layer_kv_from_start = "
-                     f"{GEMMA3N_KV_LAYERS}, fixed in src/models/gemma3n.cpp, not num_kv_shared_layers)"]
+                     f"{models.GEMMA3N_KV_LAYERS}, fixed in src/models/gemma3n.cpp, not num_kv_shared_layers)"]
     else:
         notes_g3n = []
     notes = notes_g3n + ["serving B requests of C tokens = -np B -c B*C; n_ctx padded to 256"
@@ -530,6 +445,45 @@ def check_parallel(n: int | None) -> int | None:
     if n is not None and int(n) > LLAMA_MAX_SEQ:
         raise InputError(f"--parallel {int(n):,}: llama.cpp runs at most {LLAMA_MAX_SEQ} sequences (LLAMA_MAX_SEQ)")
     return None if n is None else int(n)
+
+
+def slot_view(prepared: Prepared, longest: int, budgets: list[int], parallel: int | None, ctx_size: int | None,
+              weights_left: str | None) -> SlotView:
+    """llama-server's -np slots over -c cells for requests up to `longest` tokens: -np / -c as given; without them
+    what `fit` suggests, C = the longest request, -np the most slots whose `-np B -c B*C` cache fits the budget (at
+    most LLAMA_MAX_SEQ), -c = -np x C; with -c alone, -np = -c // C. weights_left: the refusal when the weights leave
+    no KV memory (raised after the rule-set check, as plan has always ordered them)."""
+    if not prepared.selected.rules.streams:
+        raise InputError(f"plan replays llama-server b11434's slots; {prepared.label} (before per-slot cell streams) "
+                         "is not modelled")
+    if weights_left:
+        raise InputError(weights_left)
+    chosen = parallel is None and ctx_size is None
+    if parallel is None:
+        if ctx_size is not None:
+            parallel = max(1, min(LLAMA_MAX_SEQ, ctx_size // longest))
+        else:
+            parallel = min(LLAMA_MAX_SEQ, max_batch(prepared, longest, budgets))
+            if parallel < 1:
+                raise InputError(f"not one llama.cpp slot of the longest request ({longest:,} tokens) fits the KV "
+                                 f"budget ({min(budgets):,} B per GPU); kvplan fit shows it")
+    c = ctx_size if ctx_size is not None else parallel * longest
+    deployed = replace(prepared, n_ctx_total=c)
+    stage = deployed.limiting_stage(longest)
+    need = tuple(deployed.stage_bytes(longest, parallel, st) for st in range(len(deployed.stages)))
+    flags = f"-np {parallel} -c {c}" + (" --kv-unified" if prepared.unified else "")
+    over = [st for st, (n, b) in enumerate(zip(need, budgets)) if n > b]
+    if over:
+        st = over[0]
+        raise InputError(f"llama-server {flags}: llama.cpp's KV cache takes {need[st]:,} B per GPU, the KV budget is "
+                         f"{budgets[st]:,} B (kvplan fit shows it); lower -np or -c")
+    cl = deployed.cells(longest, parallel)
+    per_cell = max(1, prepared.plan(longest, 1, stage).kv_bytes_per_token)
+    windowed = bool(prepared.n_swa()) and not prepared.swa_full
+    recurrent = any(isinstance(c_, RecurrentState) for _, c_ in prepared.spec.caches)
+    groups = [g for g in deployed.plan(longest, parallel, stage).groups if g.bytes]
+    return SlotView(parallel, c, chosen, flags, stage, need, cl.n_ctx, cl.base, cl.streams, prepared.unified, per_cell,
+                    not (windowed or recurrent), len(groups))
 
 
 def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int, weights: int,
