@@ -5,6 +5,8 @@ and failed, 2 bad input or environment, 3 internal error, 130 interrupted. The c
 this one and register themselves on `app` when kvplan.cli is imported.
 """
 
+from __future__ import annotations
+
 import copy
 import os
 import sys

@@ -1,6 +1,8 @@
 """The listing commands: `kvplan models` (the bundled catalog, or a search of it or of the Hub), `kvplan pull`
 (cache Hub configs for --offline runs) and `kvplan gpus` (the GPU catalog, or this machine's GPUs)."""
 
+from __future__ import annotations
+
 import sys
 from typing import Annotated, Optional
 

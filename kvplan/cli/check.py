@@ -1,6 +1,8 @@
 """`kvplan check`: CI capacity checks from kvplan.yaml files, reported as a table, JSON, JUnit or GitHub
 annotations (exit 0 all pass, 1 any fails, 2 a file is invalid)."""
 
+from __future__ import annotations
+
 import json
 import os
 import sys

@@ -1,5 +1,7 @@
 """`kvplan explain`: read an engine's start-up log and reproduce every KV-related number it printed."""
 
+from __future__ import annotations
+
 import os
 import sys
 from typing import Annotated, Optional

@@ -1,6 +1,8 @@
 """`kvplan fit`: what fits on a GPU (max batch at a context, max context at a batch), for one model or the whole
 bundled catalog."""
 
+from __future__ import annotations
+
 from typing import Annotated, Optional
 
 import typer

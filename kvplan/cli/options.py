@@ -5,6 +5,8 @@ Why one place: a flag's spelling, help line and parsing are then the same in eve
 engine knob is one row in its engine's listing (kvplan/engines/listing.py) that reaches every command taking it.
 """
 
+from __future__ import annotations
+
 import functools
 import inspect
 import json
@@ -88,9 +90,10 @@ TAKES: dict[str, Callable[[Knob], bool]] = {
 RawKnobs = dict[str, Any]  # knob name -> the value as typed (None: not given); parse_knobs reads them
 
 
-def knob_option(knob: Knob, command: str) -> Any:
-    """The knob as an Annotated typer option of `command`: --NAME (and --no-NAME), its aliases, help and metavar."""
-    in_plan = command == "plan"
+@functools.lru_cache(maxsize=None)
+def knob_option(knob: Knob, in_plan: bool = False) -> Any:
+    """The knob as an Annotated typer option: --NAME (and --no-NAME), its aliases, help and metavar; in_plan: with
+    plan's own help and aliases. One object per knob, shared by the commands that take it."""
     flags = knob.flag + (f"/--no-{knob.flag[2:]}" if knob.negatable else "")
     aliases = knob.aliases + (knob.plan_aliases if in_plan else ())
     option = typer.Option(flags, *aliases, help=(knob.plan_help if in_plan else "") or knob.cli_help,
@@ -103,35 +106,48 @@ def command_knobs(command: str) -> list[Knob]:
     return [k for k in engines.all_knobs().values() if TAKES[command](k)]
 
 
-def with_knobs(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Decorate a command whose signature has a `knobs: RawKnobs` parameter: typer sees one option per knob the
-    command takes in its place, and the command gets their values back as the one dict `knobs`.
+class _WithKnobs:
+    """A command function whose `knobs` parameter typer sees as one option per knob the command takes.
 
-    The options are parameters of the signature typer reads, so typer builds them exactly as it builds a
-    hand-written one (help line, completion, flag parsing)."""
+    The signature is worked out when typer first asks for it (inspect.signature reads __signature__), so a run
+    builds the knob options of its own command only, as it builds only that command's other parameters."""
 
-    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
-        signature = inspect.signature(func)
-        assert "knobs" in signature.parameters, func.__name__
-        knobs = command_knobs(command)
+    def __init__(self, func: Callable[..., Any], command: str) -> None:
+        functools.update_wrapper(self, func, assigned=("__module__", "__name__", "__qualname__", "__doc__"))
+        self._func, self._command = func, command
+
+    @functools.cached_property
+    def __signature__(self) -> inspect.Signature:
+        signature = inspect.signature(self._func, eval_str=True)
+        assert "knobs" in signature.parameters, self.__name__
         params: list[inspect.Parameter] = []
         for p in signature.parameters.values():
             if p.name != "knobs":
                 params.append(p)
                 continue
             params += [inspect.Parameter(k.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None,
-                                         annotation=knob_option(k, command)) for k in knobs]
+                                         annotation=knob_option(k, self._command == "plan"))
+                       for k in command_knobs(self._command)]
+        return signature.replace(parameters=params)
 
-        @functools.wraps(func)
-        def run(**values: Any) -> Any:
-            given = {k.name: values.pop(k.name) for k in knobs}
-            return func(**values, knobs=given)
+    @property
+    def __annotations__(self) -> dict[str, Any]:  # what typing.get_type_hints reads (typer asks it too)
+        return {p.name: p.annotation for p in self.__signature__.parameters.values()}
 
-        run.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
-        run.__annotations__ = {p.name: p.annotation for p in params}
-        return run
+    def __call__(self, **values: Any) -> Any:
+        given = {k.name: values.pop(k.name) for k in command_knobs(self._command)}
+        return self._func(**values, knobs=given)
 
-    return decorate
+
+def with_knobs(command: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorate a command whose signature has a `knobs: RawKnobs` parameter: typer sees one option per knob the
+    command takes in its place (TAKES, by the knob's row), and the command gets their values back as the one dict
+    `knobs` ({name: value as typed, None where not given}; parse_knobs reads it).
+
+    The options are parameters of the signature typer reads, so typer builds them exactly as it builds a
+    hand-written one (help line, completion, flag parsing)."""
+    assert command in TAKES, command
+    return lambda func: _WithKnobs(func, command)
 
 
 def parse_knobs(given: RawKnobs) -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """`kvplan plan`: capacity for a traffic mix, replayed through the engine's scheduler (vLLM's, or llama-server's
 slots), with a decode-speed bound and the GPUs for N users."""
 
+from __future__ import annotations
+
 from typing import Annotated, Optional
 
 import typer

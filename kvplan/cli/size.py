@@ -1,5 +1,7 @@
 """`kvplan size`: the KV cache, weights and their sum for one model at batch x ctx."""
 
+from __future__ import annotations
+
 from typing import Annotated, Optional
 
 import typer

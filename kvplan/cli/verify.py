@@ -1,6 +1,8 @@
 """`kvplan verify`: check the predictions against a live torch allocation, or (--run) against the installed
 engine started on this machine."""
 
+from __future__ import annotations
+
 from typing import Annotated, Any, Optional
 
 import typer
