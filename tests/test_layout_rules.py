@@ -1,5 +1,5 @@
 """Guards of the engine layer's shape (issue #10): every engine answers for every cache kind, a kind without a
-rule is one clear line and exit 2 on every engine, the CLI's knob flags are exactly the engines' declared knobs,
+rule is one clear line and exit 2 on every engine, the CLI's knob flags are generated from the engines' listed knobs,
 and the computing core never imports the presentation layer, torch or the Hub client."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pytest
 import typer
 
 from kvplan import cli, engines, sizing, spec as spec_module
-from kvplan.engines import layout
+from kvplan.cli import options
+from kvplan.engines import layout, listing
 from kvplan.spec import LayerCache
 
 ROOT = Path(__file__).resolve().parents[1] / "kvplan"
@@ -68,19 +69,74 @@ def test_rule_lookup_is_by_exact_class_not_by_parent():
         layout.rule_for("vllm", engines.REGISTRY["vllm"].KIND_RULES, NarrowerWindow(1, 64, 64, window=128))
 
 
-def _knob_params(command: str) -> set[str]:
+def _knob_options(command: str) -> dict:
+    """The options `kvplan COMMAND --help` lists in the engine-knob panel, as click built them."""
     click_command = typer.main.get_command(cli.app).commands[command]
-    return {p.name for p in click_command.params if getattr(p, "rich_help_panel", None) == cli._KNOBS_PANEL}
+    return {p.name: p for p in click_command.params if getattr(p, "rich_help_panel", None) == options.KNOBS_PANEL}
+
+
+COMMANDS = ["size", "fit", "plan", "explain", "check", "models", "pull", "gpus", "verify"]
 
 
 def test_fit_has_a_flag_for_every_engine_knob_and_no_other():
-    assert _knob_params("fit") == set(engines.all_knobs())
+    assert set(_knob_options("fit")) == set(engines.all_knobs())
 
 
 @pytest.mark.parametrize("command", ["size", "verify"])
 def test_size_and_verify_take_exactly_the_layout_knobs(command):
     layout_knobs = {name for name, k in engines.all_knobs().items() if k.layout}
-    assert _knob_params(command) == layout_knobs
+    assert set(_knob_options(command)) == layout_knobs
+
+
+def test_plan_takes_the_knobs_its_rows_mark_and_only_of_engines_it_replays():
+    marked = {name for name, k in engines.all_knobs().items() if k.plan}
+    assert set(_knob_options("plan")) == marked
+    replayed = set().union(*(engines.LISTINGS[name].knobs for name in listing.replaying()))
+    assert marked and marked <= replayed
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_knob_option_is_its_listing_row(command):
+    """The flag (and --no-FLAG where the row is negatable), the row's aliases, the row's CLI help naming the owning
+    engine first (the panel's title promises it), the kind's metavar; a knob is never declared outside the panel,
+    and the commands without a knob rule take none."""
+    click_command = typer.main.get_command(cli.app).commands[command]
+    generated = _knob_options(command)
+    assert {p.name for p in click_command.params} & set(engines.all_knobs()) == set(generated)
+    if command not in options.TAKES:
+        assert not generated
+    in_plan = command == "plan"
+    for name, p in generated.items():
+        k = engines.all_knobs()[name]
+        assert p.opts == [k.flag, *k.aliases, *(k.plan_aliases if in_plan else ())]
+        assert p.secondary_opts == ([f"--no-{k.flag[2:]}"] if k.negatable else [])
+        assert p.help == ((k.plan_help if in_plan else "") or k.cli_help)
+        assert p.help.startswith(engines.knob_owners(name)[0])
+        assert p.metavar == {"bool": None, "count": "N", "tokens": "TOKENS", "fraction": "FRACTION",
+                             "ratio": "RATIO", "dtype": "DTYPE"}[k.kind]
+
+
+def test_a_new_knob_row_reaches_every_command_that_takes_it(monkeypatch):
+    """One row in a listing is all a new knob needs: each command's generator lists it (or not, by the row) and
+    hands its value to the command in the knobs dict."""
+    new = listing.Knob("test_knob", "count", "a knob for this test", layout=False, cli_help="vllm: a test knob",
+                       plan=True)
+    row = engines.LISTINGS["vllm"]
+    monkeypatch.setitem(engines.LISTINGS, "vllm", dataclasses.replace(row, knobs={**row.knobs, new.name: new}))
+
+    def command(model: str, knobs: options.RawKnobs = None) -> dict:
+        return knobs
+
+    for name, takes in {"size": False, "verify": False, "fit": True, "plan": True}.items():
+        one = typer.Typer()
+        one.command()(options.with_knobs(name)(command))
+        click_command = typer.main.get_command(one)
+        assert ("test_knob" in {p.name for p in click_command.params}) is takes, name
+        given = click_command.main(["m", *(["--test-knob", "7"] if takes else []), "--block-size", "32"],
+                                   standalone_mode=False)
+        assert set(given) == {k.name for k in options.command_knobs(name)}
+        assert given["block_size"] == "32" and given.get("test_knob") == ("7" if takes else None)
+        assert sum(v is not None for v in given.values()) == 1 + takes
 
 
 def test_check_accepts_every_engine_knob_under_its_yaml_name():

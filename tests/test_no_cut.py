@@ -83,14 +83,14 @@ def test_nothing_is_cut(name, columns):
 @pytest.mark.parametrize("columns", [60, 80, 120, 160])
 @pytest.mark.parametrize("name", sorted(CASES))
 def test_preset_column_widths_are_richs_own_layout(name, columns, monkeypatch):
-    """render._preset_natural_widths only spares rich from measuring every cell: the text equals what rich lays
-    out when it measures them itself."""
+    """render.width._preset_natural_widths only spares rich from measuring every cell: the text equals what rich
+    lays out when it measures them itself."""
     from conftest import run_cli
-    from kvplan import render
+    from kvplan.render import width
 
     monkeypatch.setenv("COLUMNS", str(columns))
     fast = run_cli(*CASES[name])
-    monkeypatch.setattr(render, "_preset_natural_widths", lambda table, width: None)
+    monkeypatch.setattr(width, "_preset_natural_widths", lambda table, width: None)
     measured = run_cli(*CASES[name])
     assert fast.code == measured.code and fast.out == measured.out
     assert fast.out.strip()
