@@ -2,7 +2,7 @@
 catalog x every engine version, recorded so that a restructuring can be shown to change none of them.
 
     python dev/output_snapshot.py write DIR [--jobs 2] [--only size,fit]   # run every case, write DIR/*.json
-    python dev/output_snapshot.py diff OLD NEW                            # case by case; exit 1 on any difference
+    python dev/output_snapshot.py diff OLD NEW [--added KEY]              # case by case; exit 1 on any difference
 
 To compare two trees, write a snapshot from each (a git worktree of the old commit comes first on PYTHONPATH):
 
@@ -260,7 +260,16 @@ def _parallel(todo, jobs: int) -> dict[str, dict]:
     return records
 
 
-def diff(old: Path, new: Path, show: int = 12) -> int:
+def _without(value, field: str):
+    """A record with every dict key `field` removed (a key an addition brought, compared as if absent)."""
+    if isinstance(value, dict):
+        return {k: _without(v, field) for k, v in value.items() if k != field}
+    if isinstance(value, list):
+        return [_without(v, field) for v in value]
+    return value
+
+
+def diff(old: Path, new: Path, show: int = 12, added: tuple[str, ...] = ()) -> int:
     import difflib
 
     bad = 0
@@ -272,6 +281,8 @@ def diff(old: Path, new: Path, show: int = 12) -> int:
             bad += 1
             continue
         b = json.loads(other.read_text())
+        for field in added:
+            b = _without(b, field)
         missing, extra = sorted(set(a) - set(b)), sorted(set(b) - set(a))
         changed = [k for k in a if k in b and a[k] != b[k]]
         same = len(a) - len(missing) - len(changed)
@@ -304,8 +315,8 @@ def main(argv: list[str]) -> int:
                 jobs = int(rest.pop(0))
         write(Path(argv[1]), only, jobs)
         return 0
-    if len(argv) == 3 and argv[0] == "diff":
-        return diff(Path(argv[1]), Path(argv[2]))
+    if len(argv) >= 3 and argv[0] == "diff":  # diff OLD NEW [--added KEY ...]: keys the new side may add
+        return diff(Path(argv[1]), Path(argv[2]), added=tuple(argv[4::2]) if "--added" in argv else ())
     print(__doc__)
     return 2
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from kvplan import JSON_SCHEMA, catalog
-from kvplan.engines.base import Budget, Capacity, GpuContext, largest
+from kvplan.engines.base import Budget, BudgetPart, Capacity, GpuContext, largest
 from kvplan.engines.listing import LISTINGS
 from kvplan.errors import InputError, KvplanError
 from kvplan.gpus import GpuSelection
@@ -84,7 +84,7 @@ class FitResult:
             "kv_dtype": self.setup.kvd.label,
             "weight_dtype": self.setup.weight_format.name,
             "replicas": self.replicas,
-            "budget": [{"stage": i, "kv_bytes": b.kv_bytes, "parts": [{"what": k, "bytes": v} for k, v in b.parts]}
+            "budget": [{"stage": i, "kv_bytes": b.kv_bytes, "parts": [{"what": p.label, "key": p.key, "bytes": p.bytes} for p in b.parts]}
                        for i, b in enumerate(self.budgets)],
             "engine_details": c.details,
             "assumptions": list(self.assumptions),
@@ -148,7 +148,7 @@ def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int |
         per_stage = kv_budget if isinstance(kv_budget, tuple) else (kv_budget,) * pp
         if len(per_stage) != pp:
             raise InputError(f"{len(per_stage)} KV budgets for {pp} pipeline stages")
-        budgets = tuple(Budget(b, (("KV budget (--kv-budget)", b),)) for b in per_stage)
+        budgets = tuple(Budget(b, (BudgetPart("kv_budget", "KV budget (--kv-budget)", b),)) for b in per_stage)
         shown = f"{kv_budget:,} B" if not isinstance(kv_budget, tuple) else " / ".join(f"{b:,}" for b in per_stage) + " B by stage"
         assumptions.append(f"KV budget {shown} per GPU given (--kv-budget): the budget model is skipped")
     else:
@@ -243,7 +243,8 @@ def _hold_back(b: Budget, headroom: float) -> Budget:
     if b.kv_bytes <= 0:
         return b
     kept = int(b.kv_bytes * (1 - headroom))
-    return Budget(kept, (*b.parts, (f"headroom {headroom:.4g} held back", kept - b.kv_bytes)), b.notes)
+    return Budget(kept, (*b.parts, BudgetPart("headroom", f"headroom {headroom:.4g} held back", kept - b.kv_bytes)),
+                  b.notes)
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ REFERENCE_NVML_MIB = {
     "RTX-6000-Ada": 49140,
     "MI300X": None,
     "MI250-GCD": None,
-    # added in stop 22 from printouts cited in kvplan/data/gpus.yaml (not in shared/reference)
+    # added in stop 22 from printouts cited in kvplan/data/gpus.json (not in shared/reference)
     "H800-80GB": 81559,
     "H20-96GB": 97871,
     "H20-141GB": 143771,

@@ -82,3 +82,9 @@ def test_the_replay_imports_no_engine_module(path):
     bad = [m for m in _imports(path) if any(m == f"kvplan.engines.{e}" or m.startswith(f"kvplan.engines.{e}.")
                                             for e in ENGINE_MODULES)]
     assert not bad, bad
+
+
+def test_no_module_is_a_room_of_its_own():
+    """Every module of the package under 600 lines (split along its seams when it grows)."""
+    big = {str(p.relative_to(PKG)): n for p in _modules(PKG) if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not big, big

@@ -228,12 +228,29 @@ class GpuContext:
 
 
 @dataclass(frozen=True)
+class BudgetPart:
+    """One term of a budget: `key` for code (explain, calibration, tests), `label` for people (outputs print it)."""
+
+    key: str
+    label: str
+    bytes: int
+
+
+@dataclass(frozen=True)
 class Budget:
     """KV memory one GPU of one pipeline stage can give the cache, and how it was reached (bytes)."""
 
     kv_bytes: int
-    parts: tuple[tuple[str, int], ...]
+    parts: tuple[BudgetPart, ...]
     notes: tuple[str, ...] = ()
+
+    def part(self, key: str) -> BudgetPart | None:
+        return next((p for p in self.parts if p.key == key), None)
+
+
+def summed(parts, notes: tuple[str, ...] = ()) -> Budget:
+    """A budget whose KV bytes are the sum of its parts."""
+    return Budget(sum(p.bytes for p in parts), tuple(parts), tuple(notes))
 
 
 @dataclass(frozen=True)

@@ -395,8 +395,9 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu, stage: int, weights: int, o
     from kvplan.engines import base, overhead
 
     other = reserve if reserve is not None else overhead.CUDA_CONTEXT_BYTES
-    parts = (("total", gpu.cuda_total), ("weights", -weights),
-             ("reserve (--reserve)" if reserve is not None else "CUDA context (estimate)", -other))
+    parts = (base.BudgetPart("total", "total", gpu.cuda_total), base.BudgetPart("weights", "weights", -weights),
+             base.BudgetPart("reserve", "reserve (--reserve)", -other) if reserve is not None
+             else base.BudgetPart("cuda_context", "CUDA context (estimate)", -other))
     return base.Budget(gpu.cuda_total - weights - other, parts,
                        ("activations of the prefill are charged per batch x ctx (engines/overhead.py)",))
 

@@ -432,20 +432,23 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
     frac = float(opts.get("free_gpu_memory_fraction") or 0.9)
     if reserve is not None:
         other = reserve
-        parts = [("reserve (--reserve)", -reserve)]
+        parts = [base.BudgetPart("reserve", "reserve (--reserve)", -reserve)]
     else:
         act = overhead.forward_activation(spec, overhead.TRTLLM_MAX_NUM_TOKENS, prepared.tp, dtype_bytes)
         ctxb = overhead.CUDA_CONTEXT_BYTES + (overhead.NCCL_BYTES if prepared.tp * prepared.pp > 1 else 0)
         other = act + ctxb
-        parts = [("activation peak at max_num_tokens 8192 (estimate)", -act), ("CUDA context/NCCL (estimate)", -ctxb)]
+        parts = [base.BudgetPart("activation", "activation peak at max_num_tokens 8192 (estimate)", -act),
+                 base.BudgetPart("cuda_context", "CUDA context/NCCL (estimate)", -ctxb)]
     slot = prepared.state_slot_bytes(stage)
     if slot:  # the Mamba state buffers, live while KvCacheCreator profiles: used memory before the fraction
         slots = int(opts.get("max_batch_size") or DEFAULT_MAX_BATCH_SIZE)
         other += slots * slot
-        parts.append((f"Mamba state buffers: {slots} slots (max_batch_size) x {slot:,} B", -slots * slot))
+        parts.append(base.BudgetPart("mamba_state", f"Mamba state buffers: {slots} slots (max_batch_size) x {slot:,} B",
+                                     -slots * slot))
     free = gpu.cuda_total - weights - other
     kv = int(free * frac)
-    parts = [("total", gpu.cuda_total), ("weights", -weights), *parts, (f"x free_gpu_memory_fraction {frac}", kv - free)]
+    parts = [base.BudgetPart("total", "total", gpu.cuda_total), base.BudgetPart("weights", "weights", -weights), *parts,
+             base.BudgetPart("fraction", f"x free_gpu_memory_fraction {frac}", kv - free)]
     return base.Budget(kv, tuple(parts), (f"free_gpu_memory_fraction {frac}" + ("" if opts.get("free_gpu_memory_fraction") else " (default)"),))
 
 

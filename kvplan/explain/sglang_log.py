@@ -183,8 +183,7 @@ def _finding(c, p: Printed, several_pools: bool) -> Finding:
         return Finding(p, NOT_REPRODUCED, "", why)
     r = c.fit(kv_budget=None, ctx=None)
     if p.what in ("free_before_load", "free_after_load"):
-        parts = dict(r.budgets[0].parts)
-        pre = next(v for k, v in parts.items() if k.startswith("free after NCCL init"))
+        pre = r.budgets[0].part("free_at_start").bytes
         value = pre if p.what == "free_before_load" else pre - r.weight_bytes
         how = ("kvplan's estimate: CUDA total less the CUDA context (and NCCL buffers under parallelism)"
                + ("" if p.what == "free_before_load" else ", less the checkpoint's weights per GPU"))

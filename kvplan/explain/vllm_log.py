@@ -392,7 +392,9 @@ class _Exact:
 class _Estimates:
     """kvplan's budget model from the GPU alone, and its weight count, against what vLLM measured."""
 
-    _PARTS = {"activation_peak": "activation peak", "non_torch": "non-torch memory", "cudagraph_estimate": "CUDA graphs"}
+    # the log's figure -> (kvplan's budget part, what the finding calls it)
+    _PARTS = {"activation_peak": ("activation", "activation peak"), "non_torch": ("non_torch", "non-torch memory"),
+              "cudagraph_estimate": ("cuda_graphs", "CUDA graphs")}
 
     def __init__(self, c, exact: _Exact) -> None:
         self.c, self.exact = c, exact
@@ -429,13 +431,14 @@ class _Estimates:
                            f"kvplan's budget model on {self.c.gpu.gpu.name} (tokens from it: {tokens:,})",
                            rel_error(b, printed))
         if p.what == "non_kv":
-            requested = budget.parts[0][1]
+            requested = budget.part("requested").bytes
             non_kv = requested - budget.kv_bytes
             return Finding(p, ESTIMATED, f"{non_kv:,} B ({gib(non_kv)})",
                            "requested memory less kvplan's KV budget: weights + activation + non-torch (+ graphs)",
                            rel_error(non_kv, printed))
-        label = self._PARTS.get(p.what)
-        part = next((-v for k, v in budget.parts if label and k.startswith(label)), None)
+        key, label = self._PARTS.get(p.what, (None, None))
+        found = budget.part(key) if key else None
+        part = -found.bytes if found is not None else None
         if part is None:
             if p.what == "cudagraph_estimate":
                 return Finding(p, NOT_REPRODUCED, "", f"kvplan's rules for {self.c.engine} do not charge CUDA-graph memory "
@@ -475,7 +478,7 @@ def calibration(c, log_name: str, text_sha256: str):
     hi = hi if isinstance(hi, tuple) else (hi,) * f.pp
     non_kv = []
     for stage, b in enumerate(r.budgets):
-        requested = dict(b.parts)["requested (total x gpu_memory_utilization)"]
+        requested = b.part("requested").bytes
         non_kv.append(requested - (lo[stage] + hi[stage]) // 2)
     s = r.setup
     batched, seqs = vllm.profile(s.prepared, planner.gpu_context(c.gpu), f.knobs)

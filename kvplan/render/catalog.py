@@ -38,8 +38,8 @@ def gpus_view(rows: list[dict[str, Any]]) -> Table:
 
 
 def local_gpus_view(devices: list[dict[str, Any]]) -> Group:
-    """`kvplan gpus --local`: each device and its catalog entry (YAML, ready for kvplan/data/gpus.yaml)."""
-    import yaml
+    """`kvplan gpus --local`: each device and its catalog entry (JSON, ready for kvplan/data/gpus.json's list)."""
+    import json
 
     parts: list[Any] = []
     for d in devices:
@@ -54,7 +54,7 @@ def local_gpus_view(devices: list[dict[str, Any]]) -> Group:
             t.add_row("catalog entry", f"{d['match']}  [dim](catalog CUDA total {fmt_int(d['match_cuda_total_bytes'])} B"
                                        f"{' estimated' if d['match_estimated'] else ''}, local {diff:+,} B)[/dim]")
         else:
-            t.add_row("catalog entry", "[yellow]none matches[/yellow]: add the entry below to kvplan/data/gpus.yaml")
+            t.add_row("catalog entry", "[yellow]none matches[/yellow]: add the entry below to kvplan/data/gpus.json")
         parts.append(Panel(t, title=Text(f"local GPU {d['index']}"), title_align="left"))
-        parts.append(Text(yaml.safe_dump([d["catalog_entry"]], sort_keys=False, width=100).rstrip()))
+        parts.append(Text(json.dumps(d["catalog_entry"], indent=2)))
     return Group(*parts)

@@ -58,7 +58,8 @@ def fit_one_view(report: Any) -> Group:
     budget = Table(title="KV budget (limiting GPU)", title_justify="left", show_header=False)
     budget.add_column()
     budget.add_column(justify="right")
-    for what, value in r.budgets[0].parts:
+    for part in r.budgets[0].parts:
+        what, value = part.label, part.bytes
         budget.add_row(what, f"{value:+,} B" if value < 0 else f"{value:,} B")
     budget.add_row("[bold]KV budget[/bold]", f"[bold]{r.budgets[0].kv_bytes:,} B[/bold]")
     parts: list[Any] = [Panel(head, title=Text("kvplan fit"), title_align="left"), budget]

@@ -492,13 +492,14 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
     from kvplan.engines import overhead
 
     if reserve is not None:
-        parts = [("reserve (--reserve)", -reserve)]
+        parts = [base.BudgetPart("reserve", "reserve (--reserve)", -reserve)]
     else:
-        parts = [("compute buffer at ubatch (estimate)", -overhead.llamacpp_compute(spec, prepared.ubatch)),
-                 ("CUDA context (estimate)", -overhead.CUDA_CONTEXT_BYTES),
-                 ("margin (common_fit_params: 1 GiB)", -overhead.LLAMACPP_MARGIN_BYTES)]
-    parts = [("total", gpu.cuda_total), ("weights", -weights), *parts]
-    return base.Budget(sum(v for _, v in parts), tuple(parts))
+        parts = [base.BudgetPart("compute_buffer", "compute buffer at ubatch (estimate)",
+                                 -overhead.llamacpp_compute(spec, prepared.ubatch)),
+                 base.BudgetPart("cuda_context", "CUDA context (estimate)", -overhead.CUDA_CONTEXT_BYTES),
+                 base.BudgetPart("margin", "margin (common_fit_params: 1 GiB)", -overhead.LLAMACPP_MARGIN_BYTES)]
+    parts = [base.BudgetPart("total", "total", gpu.cuda_total), base.BudgetPart("weights", "weights", -weights), *parts]
+    return base.summed(parts)
 
 
 def fits(prepared: Prepared, ctx: int, batch: int, budgets: list[int]) -> bool:

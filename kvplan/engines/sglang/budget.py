@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from kvplan.engines import base, overhead
+from kvplan.engines.base import BudgetPart as Part
 from kvplan.engines.sglang import dsv4
 from kvplan.engines.sglang.pools import pooled, rule_of
 from kvplan.engines.sglang.prepared import Prepared
@@ -21,12 +22,13 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
     pre = gpu.cuda_total - overhead.CUDA_CONTEXT_BYTES - (overhead.NCCL_BYTES if prepared.tp * prepared.pp > 1 else 0)
     if reserve is not None:
         pre = gpu.cuda_total - reserve
-    parts = [("free after NCCL init (estimate)", pre), ("x mem_fraction_static", int(pre * f) - pre), ("weights", -weights)]
+    parts = [Part("free_at_start", "free after NCCL init (estimate)", pre),
+             Part("fraction", "x mem_fraction_static", int(pre * f) - pre), Part("weights", "weights", -weights)]
     # SGLang keeps the rotary cos/sin tables in fp32 on CUDA (layers/rotary_embedding/base.py, 0.5.10)
     rope = sum(t.nbytes(4) for t in spec.rope_tables)
     if rope and reserve is None:
-        parts.append(("rotary cos/sin tables, fp32 (built with the model)", -rope))
-    return base.Budget(sum(v for _, v in parts), tuple(parts), (note,))
+        parts.append(Part("rotary", "rotary cos/sin tables, fp32 (built with the model)", -rope))
+    return base.summed(parts, (note,))
 
 
 def mem_fraction(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, opts: dict[str, Any]) -> tuple[float, str]:
@@ -47,8 +49,9 @@ def calibrated_budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext,
     mem_fraction_static or the context length, so a calibration carries over to any of them."""
     f, note = mem_fraction(prepared, spec, gpu, opts)
     pre, load = cal.free_at_start_bytes[stage], cal.non_kv_bytes[stage]
-    parts = ((f"free after NCCL init (calibrated: {cal.log})", pre), ("x mem_fraction_static", int(pre * f) - pre),
-             (f"weights as loaded (calibrated: {cal.log})", -load))
+    parts = (Part("free_at_start", f"free after NCCL init (calibrated: {cal.log})", pre),
+             Part("fraction", "x mem_fraction_static", int(pre * f) - pre),
+             Part("weights", f"weights as loaded (calibrated: {cal.log})", -load))
     notes = (note, f"free memory measured by {cal.describe()} (kvplan explain --save-calibration); "
              f"± {cal.half_width_bytes:,} B as printed")
     return base.Budget(int(pre * f) - load, parts, notes)

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from kvplan.engines import base, overhead
+from kvplan.engines.base import BudgetPart as Part
 from kvplan.engines.versions import version_key
 from kvplan.engines.vllm.prepared import Prepared
 from kvplan.engines.vllm.rules import V1_SINCE, Rules, default_max_num_seqs_for
@@ -28,27 +29,28 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
     if reserve is None:
         _refuse_v0(prepared)
     requested, util_note = _requested(prepared, gpu, opts)
-    parts = [("requested (total x gpu_memory_utilization)", requested), ("weights", -weights)]
+    parts = [Part("requested", "requested (total x gpu_memory_utilization)", requested),
+             Part("weights", "weights", -weights)]
     notes = [util_note]
     mml = int(opts.get("max_model_len") or spec.vllm_max_ctx or 0) or None
     rope = sum(t.nbytes(dtype_bytes, mml) for t in spec.rope_tables)
     if rope and reserve is None:
-        parts.append(("rotary cos/sin tables (built with the model)", -rope))
+        parts.append(Part("rotary", "rotary cos/sin tables (built with the model)", -rope))
     if reserve is not None:
-        parts.append(("reserve (--reserve)", -reserve))
+        parts.append(Part("reserve", "reserve (--reserve)", -reserve))
     else:
         batched, seqs = profile(prepared, gpu, opts)
         act = overhead.vllm_activation(spec, batched, seqs, prepared.tp, dtype_bytes, rules.moe_workspace_held)
-        parts.append(("activation peak (estimate)", -act))
-        parts.append(("non-torch memory (estimate)",
-                      -overhead.vllm_non_torch(prepared.tp, prepared.pp, rules.tp_non_torch_measured)))
+        parts.append(Part("activation", "activation peak (estimate)", -act))
+        parts.append(Part("non_torch", "non-torch memory (estimate)",
+                          -overhead.vllm_non_torch(prepared.tp, prepared.pp, rules.tp_non_torch_measured)))
         if rules.cudagraph_charged and not (prepared.v2_runner and not rules.v2_profiles_cudagraphs):
-            parts.append(("CUDA graphs (estimate)", -overhead.VLLM_CUDAGRAPH_BYTES))
+            parts.append(Part("cuda_graphs", "CUDA graphs (estimate)", -overhead.VLLM_CUDAGRAPH_BYTES))
         elif rules.cudagraph_charged:
             notes.append("CUDA graphs not charged: the V2 model runner's profile_cudagraph_memory returns 0 before "
                          "vLLM 0.29 (v1/worker/gpu/model_runner.py)")
         notes.append("non-KV memory estimated (engines/overhead.py); --reserve BYTES replaces the estimate")
-    return base.Budget(sum(v for _, v in parts), tuple(parts), tuple(notes))
+    return base.summed(parts, tuple(notes))
 
 
 def calibrated_budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int, opts: dict[str, Any],
@@ -58,8 +60,8 @@ def calibrated_budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext,
     with max_num_batched_tokens / max_num_seqs, by kvplan's estimate of the difference."""
     _refuse_v0(prepared)
     requested, util_note = _requested(prepared, gpu, opts)
-    parts = [("requested (total x gpu_memory_utilization)", requested),
-             (f"non-KV memory (calibrated: {cal.log})", -cal.non_kv_bytes[stage])]
+    parts = [Part("requested", "requested (total x gpu_memory_utilization)", requested),
+             Part("non_kv", f"non-KV memory (calibrated: {cal.log})", -cal.non_kv_bytes[stage])]
     notes = [util_note, f"non-KV memory measured by {cal.describe()} (kvplan explain --save-calibration); "
              f"± {cal.half_width_bytes:,} B as printed"]
     batched, seqs = profile(prepared, gpu, opts)
@@ -67,11 +69,11 @@ def calibrated_budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext,
     now = overhead.vllm_activation(spec, batched, seqs, prepared.tp, dtype_bytes, held)
     then = overhead.vllm_activation(spec, cal.max_num_batched_tokens, cal.max_num_seqs, prepared.tp, dtype_bytes, held)
     if now != then:
-        parts.append(("activation peak change since calibration (estimate)", then - now))
+        parts.append(Part("activation_change", "activation peak change since calibration (estimate)", then - now))
         notes.append(f"profile differs from the calibration's (max_num_batched_tokens {batched} "
                      f"vs {cal.max_num_batched_tokens}, max_num_seqs {seqs} vs {cal.max_num_seqs}): the activation "
                      "peak moves by kvplan's estimate")
-    return base.Budget(sum(v for _, v in parts), tuple(parts), tuple(notes))
+    return base.summed(parts, tuple(notes))
 
 
 def _refuse_v0(prepared: Prepared) -> None:
