@@ -9,8 +9,23 @@ class KvplanError(Exception):
     exit_code = 2
 
 
+def flag(field: str) -> str:
+    """An input's name as the command line spells it (tp -> --tp, weight_dtype -> --weight-dtype)."""
+    return "--" + field.replace("_", "-")
+
+
 class InputError(KvplanError):
-    """Bad input from the user (a flag, a size, a name): exit 2."""
+    """Bad input from the user (a flag, a size, a name): exit 2.
+
+    `fields` names the inputs the message is about, written in it as {field}: `str(err)` spells them as the command
+    line does (--tp); another front end spells them its way (check: its YAML keys, `err.spelled(str)`)."""
+
+    def __init__(self, message: str, *, fields: tuple[str, ...] = ()):
+        self.template, self.fields = message, fields
+        super().__init__(self.spelled(flag) if fields else message)
+
+    def spelled(self, spell) -> str:
+        return self.template.format(**{f: spell(f) for f in self.fields}) if self.fields else str(self)
 
 
 class ConfigError(InputError):

@@ -106,7 +106,8 @@ def parallelism(gpu: GpuSelection, tp: int | None, pp: int | None) -> tuple[int,
         tp, pp = gpu.count, 1
     tp, pp = tp or 1, pp or 1
     if tp * pp > gpu.count:
-        raise InputError(f"--tp {tp} x --pp {pp} needs {tp * pp} GPUs; {gpu.requested} has {gpu.count}")
+        raise InputError(f"{{tp}} {tp} x {{pp}} {pp} needs {tp * pp} GPUs; {gpu.requested} has {gpu.count}",
+                         fields=("tp", "pp"))
     return tp, pp, gpu.count // (tp * pp)
 
 

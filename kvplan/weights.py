@@ -51,8 +51,8 @@ def weight_format(spec: ModelSpec, flag: str | None, float_dtype: str) -> Weight
     Weights that state their stored bytes (a GGUF file) are taken as stored: no flag applies to them."""
     if spec.weights and all(w.stored_bytes is not None for w in spec.weights):
         if flag:
-            raise InputError(f"--weight-dtype does not apply to a GGUF file: its tensors are counted as stored "
-                             f"({spec.stored_format or 'quantized'})")
+            raise InputError(f"{{weight_dtype}} does not apply to a GGUF file: its tensors are counted as stored "
+                             f"({spec.stored_format or 'quantized'})", fields=("weight_dtype",))
         return WeightFormat(spec.stored_format or "stored", "tensors as the file stores them", None)
     if flag:
         key = canonical_weight_dtype(flag)

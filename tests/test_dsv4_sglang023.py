@@ -1,4 +1,4 @@
-"""DeepSeek-V4 under SGLang 0.5.23 (kvplan/engines/sglang_dsv4.py), against SGLang's own arithmetic:
+"""DeepSeek-V4 under SGLang 0.5.23 (kvplan/engines/sglang/dsv4.py), against SGLang's own arithmetic:
 
 - figures SGLang 0.5.23's DSV4PoolConfigurator printed when run from the wheel's source with the runtime context
   stubbed to a default NVIDIA launch (tests/oracle_sglang_dsv4.py --record -> tests/data/sglang-dsv4-oracle.yaml):

@@ -161,7 +161,7 @@ def test_llamacpp_keeps_kv_on_the_first_20_layers(tmp_path, layers, shared, owne
     d = kvjson("size", path, "--engine", "llamacpp", "--ctx", "4096")
     kept = [i for g in d["groups"] if g["kind"] != "shared" for i in g["layer_ids"]]
     assert sorted(kept) == list(range(owned))
-    spec = llamacpp.gemma3n_layers(normalize(_gemma3n(layers, shared, 8, 2, 256, 512)))
+    spec = llamacpp.models.gemma3n_layers(normalize(_gemma3n(layers, shared, 8, 2, 256, 512)))
     kinds = ["full" if (i + 1) % 5 == 0 else "sliding" for i in range(layers)]
     assert [(i, c.target) for i, c in spec.caches if c.kind == "shared"] == [
         (i, 18 if kinds[i] == "sliding" else 19) for i in range(20, layers)]
@@ -220,7 +220,7 @@ def test_llamacpp_log_of_gemma3n_e4b(tmp_path):
     reuse, the full ones layer 19."""
     import re
 
-    spec = llamacpp.gemma3n_layers(normalize(_gemma3n(35, 15, 8, 2, 256, 512)))
+    spec = llamacpp.models.gemma3n_layers(normalize(_gemma3n(35, 15, 8, 2, 256, 512)))
     shared = {i: c.target for i, c in spec.caches if c.kind == "shared"}
     first, last = map(int, re.search(r"reuse layers \[(\d+), (\d+)\]", ISSUE_14604).groups())
     assert sorted(shared) == list(range(first, last + 1))

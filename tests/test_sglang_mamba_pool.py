@@ -1,4 +1,4 @@
-"""SGLang's Mamba state pool beside the token pool (kvplan/engines/sglang.py Prepared.mamba_split, _mamba_pool):
+"""SGLang's Mamba state pool beside the token pool (kvplan/engines/sglang/ Prepared.mamba_split, _mamba_pool):
 the KV budget left after the weights is split r : 1 between MambaPool (max_mamba_cache_size slots of one request's
 conv + SSM state) and the token pool, r = --mamba-full-memory-ratio (0.9), and a running request takes 1, 3 or 5
 state slots. Oracles, none written here:

@@ -31,8 +31,8 @@ def _verify(model: str, engine: str, ctx: int = 64, batch: int = 2, **eo) -> cor
 
 @pytest.mark.parametrize("engine", ENGINES)
 def test_every_bundled_model_allocates_exactly_its_plan(engine):
-    """Storage bytes of the allocated tensors == the CachePlan, per group and in total; and the plan verify
-    allocated is the one `size` reports for the same arguments (same bytes, same tensors)."""
+    """Storage bytes of the tensors torch allocated == the CachePlan `size` reports for the same arguments, per
+    group and in total, and as many tensors as it lists."""
     from kvplan.engines.llamacpp import T5_MODEL_TYPES
     from kvplan.sizing import setup
 
@@ -43,7 +43,6 @@ def test_every_bundled_model_allocates_exactly_its_plan(engine):
         batch = 1 if engine == "llamacpp" and setup(ModelOptions(model), EngineOptions(engine)).spec.model_type in T5_MODEL_TYPES else 2
         r = _verify(model, engine, batch=batch)
         sized = size(ModelOptions(model), EngineOptions(engine), 64, batch)
-        assert r.plan == sized.plan, model
         assert r.alloc.measured_bytes == sized.plan.kv_bytes, model
         assert [g.measured_bytes for g in r.alloc.groups] == [g.bytes for g in sized.plan.groups], model
         assert r.alloc.tensors == sum(t.count for t in sized.plan.tensors), model

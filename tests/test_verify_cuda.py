@@ -384,7 +384,7 @@ def test_gpus_local_prints_the_catalog_form(fake, monkeypatch):
     assert {"name", "display", "vendor", "aliases", "nvml_bytes", "cuda_total_bytes", "cuda_total_source"} <= set(e)
     assert e["display"] == "NVIDIA H100 80GB HBM3" and e["cuda_total_bytes"] == H100_TOTAL
     r = run_cli("gpus", "--local")
-    assert r.code == 0 and "H100-SXM-80GB" in r.out and "cuda_total_bytes: 85027979264" in r.out
+    assert r.code == 0 and "H100-SXM-80GB" in r.out and "\"cuda_total_bytes\": 85027979264" in r.out
 
 
 def test_gpus_local_unknown_board_suggests_an_entry(fake, monkeypatch):

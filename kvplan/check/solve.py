@@ -80,7 +80,7 @@ def _solve(dep: Deployment, res: _Resolver, report: FileReport) -> DeploymentRes
         try:
             planner.parallelism(sel, dep.get("tp"), dep.get("pp"))
         except InputError as e:
-            fail(dep.fields.get("tp") or dep.fields.get("pp"), f"{e}".replace("--tp", "tp").replace("--pp", "pp"))
+            fail(dep.fields.get("tp") or dep.fields.get("pp"), e.spelled(str))
     if loaded is not None and not dep.broken:
         engine = engines.choose(dep.get("engine"))
         spec = loaded[1]
@@ -89,7 +89,7 @@ def _solve(dep: Deployment, res: _Resolver, report: FileReport) -> DeploymentRes
             try:
                 weights.weight_format(spec, wf.value, float_dtype_for(engine, spec))
             except InputError as e:
-                fail(wf, f"weight_dtype: {e}".replace("--weight-dtype", "weight_dtype"))
+                fail(wf, f"weight_dtype: {e.spelled(str)}")
         given = [dep.fields[k] for k in DTYPE_KEYS if k in dep.fields]
         try:
             engines.kv_dtypes(engine, spec, *(dep.get(k) for k in DTYPE_KEYS))

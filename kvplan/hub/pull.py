@@ -63,7 +63,8 @@ def _update_aliases(folder: Path, repo_id: str, alias: str | None, revision: str
     entry["aliases"] = aliases
     entry["revision"] = revision
     entry["commit"] = commit
-    header = "# Written by `kvplan pull --to`: the model_configs/aliases.yaml layout (pass this folder as a catalog).\n"
+    header = ("# Written by `kvplan pull --to`: the layout of model_configs/aliases.json, as YAML (pass this folder as a "
+              "catalog).\n")
     path.write_text(header + yaml.safe_dump(data, sort_keys=True), encoding="utf-8")
 
 
