@@ -32,6 +32,7 @@ def _spec(name: str):
     return setup(ModelOptions(str(CONFIGS[name])), EngineOptions()).spec
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(CONFIGS))
 def test_params_equal_transformers_meta_count(name):
     pytest.importorskip("torch")

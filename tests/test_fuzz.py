@@ -17,6 +17,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import fuzzing
 from kvplan import hub
 
+pytestmark = pytest.mark.slow  # generated hostile inputs through the whole CLI
+
 BUDGET = {"config": 250, "quantfile": 80, "flags": 150, "check": 120, "gguf": 120, "names": 60}
 
 

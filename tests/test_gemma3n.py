@@ -48,6 +48,7 @@ def _defaults() -> dict:
 
 
 # ---------------------------------------------------------------------------------------------- transformers
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCALED)
 def test_params_equal_transformers_meta(tmp_path, name):
     """Every parameter Gemma3nForCausalLM builds: no k/v projections or k_norm on the KV-shared layers, per-layer
@@ -57,6 +58,7 @@ def test_params_equal_transformers_meta(tmp_path, name):
     assert d["params"] == oracle.hf_param_counts(config)["params"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SCALED)
 def test_hf_cache_equals_a_real_forward(tmp_path, name):
     """DynamicCache after a CPU forward of [2, ctx]: sliding layers keep window - 1 tokens, full layers all of them,

@@ -184,6 +184,7 @@ def test_hf_cache_equals_a_real_cpu_forward(oracle, tmp_path, name):
         assert all(layer["bytes"] == 0 for layer in shared)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ctx", [16, 1100])
 def test_hf_cache_of_the_full_31b_on_meta(oracle, ctx):
     config = _load(DENSE_31B)

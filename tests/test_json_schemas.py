@@ -166,6 +166,7 @@ def test_size_outputs_validate(args, kind):
     assert kind in kinds(d)
 
 
+@pytest.mark.slow
 def test_size_every_bundled_model_under_every_engine_validates():
     """The whole catalog, all five engines: every output the bundled models produce."""
     refs = [m.aliases[0] if m.aliases else m.repo_id for m in catalog.bundled_models()]
@@ -346,6 +347,7 @@ def test_verify_on_cpu_validates():
                                 "--k-dtype", "q8_0", "--v-dtype", "q4_0", "--device", "cpu", "--no-rss", "--json"))
 
 
+@pytest.mark.slow
 def test_verify_fit_on_cpu_validates_in_both_modes():
     pytest.importorskip("torch")
     from kvplan.sizing import EngineOptions, ModelOptions, size

@@ -5,6 +5,7 @@ fit the width. Each case runs the real CLI in a subprocess; the figures checked 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -35,6 +36,11 @@ def words(text: str) -> set[str]:
 
 def figures(args: list[str]) -> set[str]:
     """Names and numbers the table must show whole: from the --json of the same command."""
+    return _figures(tuple(args))
+
+
+@functools.lru_cache(maxsize=None)
+def _figures(args: tuple[str, ...]) -> set[str]:
     data = json.loads(run([*args, "--json"], None))
     if args[0] == "fit" and "--model" not in args:
         return ({r["model"]["requested"] for r in data["results"]}
@@ -68,7 +74,7 @@ CASES = {
 
 
 @pytest.mark.parametrize("columns", [60, 80, 120, None], ids=["60", "80", "120", "pipe"])
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "plan" else n for n in sorted(CASES)])
 def test_nothing_is_cut(name, columns):
     args = CASES[name]
     text = run(args, columns)
@@ -81,7 +87,7 @@ def test_nothing_is_cut(name, columns):
 
 
 @pytest.mark.parametrize("columns", [60, 80, 120, 160])
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n == "plan" else n for n in sorted(CASES)])
 def test_preset_column_widths_are_richs_own_layout(name, columns, monkeypatch):
     """render.width._preset_natural_widths only spares rich from measuring every cell: the text equals what rich
     lays out when it measures them itself."""

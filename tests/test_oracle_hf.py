@@ -22,6 +22,8 @@ from conftest import declined  # noqa: E402
 from kvplan import catalog  # noqa: E402
 from kvplan.sizing import EngineOptions, ModelOptions, size  # noqa: E402
 
+pytestmark = pytest.mark.slow  # real transformers forwards and meta builds of every family (the slow tier)
+
 BUNDLED = {m.config_path.parent.name: m for m in catalog.bundled_models()}
 NATIVE = sorted(d for d in BUNDLED if oracle.buildable(d))
 SHORT_CTX = 16

@@ -85,6 +85,7 @@ def test_a_shared_prefix_lets_more_requests_run_at_once():
     assert off["run"]["peak_running"] == alone["run"]["peak_running"] and not off["pool"]["prefix_caching"]
 
 
+@pytest.mark.slow
 def test_fleet_for_users_at_a_tpot_target():
     out = plan("llama-3.1-8b", "--gpu", "H100", *SMALL, "--users", "5000", "--tpot", "12ms", "--json")
     fl, sp = out["fleet"], out["speed"]
@@ -136,6 +137,7 @@ def test_bad_request_files(tmp_path):
     assert "line 2 is not JSON" in plan("llama-3.1-8b", "--gpu", "H100", "--requests-file", str(f), code=2)
 
 
+@pytest.mark.slow
 def test_hybrid_and_sliding_layouts_plan_with_their_caveat():
     out = plan("gpt-oss-20b", "--gpu", "H100", *SMALL, "--json")
     assert out["pool"]["kv_groups"] >= 2 and out["pool"]["prefix_caching"] is True
@@ -175,6 +177,7 @@ def _check(tmp_path, text: str):
     return run_cli("check", str(f), "--json")
 
 
+@pytest.mark.slow
 def test_check_gates_on_the_same_figures_plan_prints(tmp_path):
     planned = plan("llama-3.1-8b", "--gpu", "H100", "--prompt", "500-3000", "--output", "100-800", "--users", "2000",
                    "--tpot", "30ms", "--json")
@@ -257,6 +260,7 @@ def test_an_idle_engine_serves_each_arrival_in_its_step_bounds():
     assert lt["tpot_p50_seconds"] == pytest.approx(decode, rel=1e-6)
 
 
+@pytest.mark.slow
 def test_an_overloaded_instance_says_so_and_the_fleet_divides_the_rate():
     out = plan("llama-3.1-8b", "--gpu", "H100", "--prompt", "500-3000", "--output", "100-800", "-n", "400",
                "--rate", "40", "--json")
@@ -279,6 +283,7 @@ def test_rate_users_and_burst_are_exclusive():
                                  code=2)
 
 
+@pytest.mark.slow
 def test_paged_blocks_against_a_static_cache():
     out = plan("llama-3.1-8b", "--gpu", "H100", "--prompt", "100-3000", "--output", "50-1500", "-n", "300", "--json")
     sc = out["static_comparison"]
@@ -292,6 +297,7 @@ def test_paged_blocks_against_a_static_cache():
     assert plan("gpt-oss-20b", "--gpu", "H100", *SMALL, "--json")["static_comparison"] is None  # windows: no slot model
 
 
+@pytest.mark.slow
 def test_tensor_parallel_all_reduce_over_a_stated_interconnect():
     """Two all-reduces per layer of hidden x 2 B per token, a ring moving 2(tp-1)/tp of them: Llama-3.1-8B over tp 2
     moves 2 x 32 x 4096 x 2 x 2 x 1/2 = 524,288 B per token per GPU. At 0.1 GB/s a step is communication-bound."""

@@ -29,6 +29,7 @@ def _verify(model: str, engine: str, ctx: int = 64, batch: int = 2, **eo) -> cor
     return core.run(ModelOptions(model), EngineOptions(engine, **eo), ctx, batch, CPU)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("engine", ENGINES)
 def test_every_bundled_model_allocates_exactly_its_plan(engine):
     """Storage bytes of the tensors torch allocated == the CachePlan `size` reports for the same arguments, per

@@ -323,6 +323,7 @@ def test_fit_with_memory_limit_bisects_under_the_fraction_and_restores_it(fake):
     ("31GiB", ("deepseek-v2-lite", "--engine", "hf", "--ctx", "300")),  # MLA latents, short context
     ("6GiB", ("gemma-3-1b", "--engine", "vllm", "--ctx", "64")),  # sliding + full groups, short context
 ])
+@pytest.mark.slow
 def test_fit_under_the_allocators_rules_finds_the_predicted_batch(monkeypatch, limit, args):
     """Under the allocator's own rules, allocating the plan tensor by tensor reserves more than the plan's bytes;
     the engine allocates its pool in one piece and pays none of that. So the cap of each trial is the budget plus

@@ -14,6 +14,8 @@ from conftest import kvjson, run_cli  # noqa: E402
 from kvplan.sizing import EngineOptions, ModelOptions, setup, size  # noqa: E402
 from kvplan.verify import fitcheck  # noqa: E402
 
+pytestmark = pytest.mark.slow  # bisections in subprocesses under RLIMIT_AS
+
 MiB = 1 << 20
 
 

@@ -16,6 +16,8 @@ from kvplan.sizing import EngineOptions, ModelOptions, size  # noqa: E402
 from kvplan.verify import core  # noqa: E402
 from kvplan.verify.model_check import check_model, scaled_config  # noqa: E402
 
+pytestmark = pytest.mark.slow  # every bundled model built on the meta device and scaled real forwards
+
 REMOTE_CODE = {"THUDM/chatglm3-6b", "Qwen/Qwen-7B"}
 NATIVE = [m.repo_id for m in catalog.bundled_models() if m.repo_id not in REMOTE_CODE]
 HF = f"hf@{transformers.__version__}"

@@ -232,6 +232,7 @@ def test_vllm_qwen3_next_logs_before_align_mode(case_id, args):
     assert ends[1]["engine_details"]["blocks_per_request"] == math.ceil(int(mml) / block) + groups
 
 
+@pytest.mark.slow
 def test_the_scheduler_replay_grows_all_mode_state_like_attention():
     """`plan` replays the pool with the 'all'-mode state groups taking a block per block_size tokens (a 2,500-token
     request: 2 blocks in each of the 5 groups) where mode 'none' holds one state block a group."""
