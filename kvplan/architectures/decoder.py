@@ -54,6 +54,9 @@ QUIRKS: dict[str, Quirks] = {
     "qwen3_vl_text": Quirks(mlp_bias=False, qk_norm="head_dim", sliding="none"),
     "qwen3_vl_moe_text": Quirks(mlp_bias=False, qk_norm="head_dim", sliding="none", moe="qwen_moe"),
     "phi3": Quirks(q_bias=False, k_bias=False, v_bias=False, o_bias=False, mlp_bias=False),
+    # Granite 3.x (transformers models/granite GraniteForCausalLM): llama's block; its embedding, residual,
+    # attention and logits multipliers scale activations, not the parameters or the cache
+    "granite": Quirks(),
     # Phi-1/1.5/2 (PhiForCausalLM): attention and a plain fc1/fc2 MLP in parallel after ONE LayerNorm, biases
     # everywhere (q/k/v/dense, fc1/fc2, the norms and the output head)
     "phi": Quirks(q_bias=True, k_bias=True, v_bias=True, o_bias=True, mlp="plain", mlp_bias=True, norms_per_layer=1,
