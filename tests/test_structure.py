@@ -88,3 +88,29 @@ def test_no_module_is_a_room_of_its_own():
     """Every module of the package under 600 lines (split along its seams when it grows)."""
     big = {str(p.relative_to(PKG)): n for p in _modules(PKG) if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not big, big
+
+
+def _members(protocol) -> set[str]:
+    own = set()
+    for cls in protocol.__mro__:
+        if cls.__name__ in ("Protocol", "Generic", "object"):
+            continue
+        own |= {n for n in vars(cls) if not n.startswith("_")} | set(getattr(cls, "__annotations__", {}))
+    return own
+
+
+@pytest.mark.parametrize("name", list(__import__("kvplan.engines.listing", fromlist=["LISTINGS"]).LISTINGS))
+def test_each_engine_module_provides_what_its_listing_row_promises(name):
+    """The contract is what callers use: every module has EngineModule's members, and exactly the modules whose row
+    says `calibrates` / `replay_pool` have CalibratingEngine's / the replay protocol's (no caller probes with
+    hasattr)."""
+    from kvplan import engines
+    from kvplan.engines import base
+    from kvplan.engines.listing import LISTINGS
+
+    module, row = engines.REGISTRY[name], LISTINGS[name]
+    assert not (_members(base.EngineModule) - set(dir(module))), name
+    for capability, protocol in base.CAPABILITY_PROTOCOLS.items():
+        promised = row.calibrates if capability == "calibrates" else row.replay_pool == capability
+        extra = _members(protocol) - _members(base.EngineModule)
+        assert (not (extra - set(dir(module)))) == promised, (name, capability, sorted(extra - set(dir(module))))

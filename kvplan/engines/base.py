@@ -310,14 +310,23 @@ class EngineInfo:
 class PreparedLayout(Protocol):
     """An engine's cache layout for one model, dtypes, TP/PP and knobs: what size, fit and verify plan with."""
 
+    tp: int
+    pp: int
+
     def plan(self, ctx: int, batch: int, stage: int | None = None) -> CachePlan: ...
+
+    def limiting_stage(self, ctx: int) -> int: ...
 
 
 class EngineModule(Protocol):
-    """What every module in kvplan/engines/ provides (the registry in engines/__init__.py holds them)."""
+    """What every module in kvplan/engines/ provides (the registry in engines/__init__.py holds them). The
+    capabilities its listing row declares add to it: `calibrates` -> CalibratingEngine, `replay_pool` "blocks" ->
+    BlockReplayEngine, "slots" -> SlotReplayEngine (tests/test_structure.py holds rows and modules together)."""
 
     ENGINE: EngineInfo
     KIND_RULES: Mapping[type[LayerCache], Any]
+
+    def select_version(self, requested: str | None) -> Any: ...
 
     def prepare(self, spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Any, opts: dict[str, Any],
                 gpu: GpuContext | None) -> PreparedLayout: ...
@@ -331,3 +340,28 @@ class EngineModule(Protocol):
     def fits(self, prepared: Any, ctx: int, batch: int, budgets: list[int]) -> bool: ...
 
     def max_batch(self, prepared: Any, ctx: int, budgets: list[int]) -> int: ...
+
+
+class CalibratingEngine(EngineModule, Protocol):
+    """The budget from the non-KV memory an engine log measured (calibration.py) in place of the estimate."""
+
+    def calibrated_budget(self, prepared: Any, spec: ModelSpec, gpu: GpuContext, stage: int, opts: dict[str, Any],
+                          dtype_bytes: int, cal: Any) -> Budget: ...
+
+
+class BlockReplayEngine(EngineModule, Protocol):
+    """A block pool its scheduler admits requests into (views.BlockPoolView), for `kvplan plan`."""
+
+    def replay_view(self, prepared: Any, ctx: int, budgets: list[int], gpu: GpuContext) -> Any: ...
+
+
+class SlotReplayEngine(EngineModule, Protocol):
+    """Server slots over the engine's cells (views.SlotView), for `kvplan plan`."""
+
+    def check_parallel(self, n: int | None) -> int | None: ...
+
+    def slot_view(self, prepared: Any, longest: int, budgets: list[int], parallel: int | None, ctx_size: int | None,
+                  weights_left: str | None) -> Any: ...
+
+
+CAPABILITY_PROTOCOLS = {"calibrates": CalibratingEngine, "blocks": BlockReplayEngine, "slots": SlotReplayEngine}
