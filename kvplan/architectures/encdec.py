@@ -11,7 +11,7 @@ from __future__ import annotations
 from kvplan.architectures import base
 from kvplan.architectures.base import AttnDims, Cfg
 from kvplan.errors import ConfigError
-from kvplan.spec import CrossAttention, EncoderShape, FullAttention, ModelSpec, WeightPart
+from kvplan.spec import CrossAttention, EncoderShape, FullAttention, WeightPart
 
 
 def _t5_gated(c: Cfg) -> bool:

@@ -200,6 +200,16 @@ def serving_dtype(spec: ModelSpec) -> DType:
     return dtypes.KV_DTYPES[name]
 
 
+def serving_kv_dtype(spec: ModelSpec) -> DType:
+    """vLLM's and SGLang's `auto` cache dtype: the model dtype, except for DeepSeek-V4's caches, which both store
+    only in fp8 (vLLM's fp8_ds_mla; SGLang's arg_groups/overrides.py _deepseek_v4_kv_cache_dtype)."""
+    from kvplan.spec import SlidingLatent
+
+    if any(isinstance(c, SlidingLatent) for _, c in spec.caches):
+        return dtypes.KV_DTYPES["fp8_e4m3"]
+    return serving_dtype(spec)
+
+
 def gpu_arch(gpu_name: str | None) -> str:
     """hopper (SM90) | blackwell (SM100 data-centre) | sm120 (RTX 50xx / RTX PRO Blackwell) | other."""
     n = (gpu_name or "").lower()

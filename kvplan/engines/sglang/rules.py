@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvplan import dtypes
 from kvplan.engines import base, layout
 from kvplan.engines.base import EngineInfo
 from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select
 from kvplan.parallel import heads_floor
-from kvplan.spec import KimiDeltaState, ModelSpec, ShortConvState, SlidingLatent
+from kvplan.spec import KimiDeltaState, ShortConvState, SlidingLatent
 
 
 @dataclass(frozen=True)
@@ -100,11 +99,7 @@ def is_amd(gpu: base.GpuContext | None) -> bool:
     return gpu is not None and any(k in (gpu.name or "").lower() for k in AMD_GPU_WORDS)
 
 
-def default_kv_dtype(spec: ModelSpec) -> dtypes.DType:
-    """`auto`: the model dtype; DeepSeek-V4's fp8_e4m3 (arg_groups/overrides.py _deepseek_v4_kv_cache_dtype)."""
-    if any(isinstance(c, SlidingLatent) for _, c in spec.caches):
-        return dtypes.KV_DTYPES["fp8_e4m3"]
-    return base.serving_dtype(spec)
+default_kv_dtype = base.serving_kv_dtype  # `auto`
 
 
 ENGINE = EngineInfo(

@@ -11,8 +11,7 @@ from typing import Any
 from kvplan.engines.base import KVDtypes, Note, cdiv
 from kvplan.engines.vllm import notes as say
 from kvplan.engines.vllm.rules import Rules
-from kvplan.engines.vllm.specs import (MSA_BLOCK, SPARSE_BLOCK, FullSpec, MLASpec, SlidingSpec, SpecEnv, VSpec,  # noqa: F401
-                                       layer_spec)
+from kvplan.engines.vllm.specs import SPARSE_BLOCK, FullSpec, MLASpec, SlidingSpec, SpecEnv, VSpec, layer_spec
 from kvplan.errors import InputError
 from kvplan.spec import (ChunkedLocal, CrossAttention, FullAttention, LatentAttention, LayerCache, MambaState,
                          RecurrentState)

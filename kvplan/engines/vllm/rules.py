@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from kvplan import dtypes
-from kvplan.dtypes import DType
 from kvplan.engines import base, layout
 from kvplan.engines.base import EngineInfo
 from kvplan.engines.listing import LISTINGS
 from kvplan.engines.versions import Selected, select
 from kvplan.parallel import heads_floor
-from kvplan.spec import KimiDeltaState, ModelSpec, MsaIndexerKeys, SlidingLatent
+from kvplan.spec import KimiDeltaState, MsaIndexerKeys, SlidingLatent
 
 
 @dataclass(frozen=True)
@@ -219,11 +217,7 @@ SIZE_MAX_NUM_BATCHED_TOKENS = 2048  # `size` knows no GPU: the non-large-GPU API
 V1_SINCE = (0, 8)  # older vLLM is the V0 engine, whose budget profiles a max_model_len forward (budget._refuse_v0)
 
 
-def default_kv_dtype(spec: ModelSpec) -> DType:
-    """`auto`: the model dtype, except for caches vLLM's backends store only in fp8 (DeepSeek-V4's fp8_ds_mla)."""
-    if any(isinstance(c, SlidingLatent) for _, c in spec.caches):
-        return dtypes.KV_DTYPES["fp8_e4m3"]
-    return base.serving_dtype(spec)
+default_kv_dtype = base.serving_kv_dtype  # `auto`
 
 
 ENGINE = EngineInfo(
