@@ -39,12 +39,13 @@ def plan(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workl
     if rate is not None and (users is not None or burst):
         raise InputError("--rate, --users and --burst are three ways to state the load (an arrival rate, a closed "
                          "loop of users, everything at once); give one")
-    row = LISTINGS[engines.choose(eo.engine).name]
+    engine = engines.choose(eo.engine)
+    row = LISTINGS[engine.name]
     if not row.replay_pool:
         names = replaying()
         raise InputError(f"plan replays {' and '.join(LISTINGS[n].replays for n in names)}; --engine {eo.engine} is "
                          f"not modelled yet (accepted: {', '.join(names)})")
-    ready = SETUPS[row.replay_pool](mo, eo, gpu, workload, kv_budget, reserve, tp, pp, calibrations)
+    ready = SETUPS[row.replay_pool](engine.module, mo, eo, gpu, workload, kv_budget, reserve, tp, pp, calibrations)
     fit, pool, replay, seqs, assumptions, warnings = (ready.fit, ready.pool, ready.replay, ready.seqs,
                                                       ready.assumptions, ready.warnings)
     s = fit.setup

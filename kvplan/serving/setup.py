@@ -54,7 +54,7 @@ def _no_kv_memory(fit, s, gpu: GpuSelection) -> str | None:
             f"{gpu.requested}; nothing to plan (kvplan fit shows the budget)")
 
 
-def scheduler_setup(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workload, kv_budget, reserve,
+def scheduler_setup(module, mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workload, kv_budget, reserve,
                     tp, pp, calibrations) -> Setup:
     """A block pool and its scheduler settings for the workload (vLLM)."""
     from kvplan import planner
@@ -73,7 +73,7 @@ def scheduler_setup(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, work
     if refusal:
         raise InputError(refusal)
     budgets = [b.kv_bytes for b in fit.budgets]
-    view = s.engine.module.replay_view(s.prepared, fit.ctx, budgets, planner.gpu_context(gpu))
+    view = module.replay_view(s.prepared, fit.ctx, budgets, planner.gpu_context(gpu))
     base_pool = block_pool(view, budgets, fit.kv_budget_source)
     seqs = int(opts.get("max_num_seqs") or view.default_max_num_seqs)
     prefix = opts.get("enable_prefix_caching") is not False
@@ -97,13 +97,12 @@ def scheduler_setup(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, work
     return Setup(fit, pool, partial(simulate, settings), seqs, assumptions, warnings)
 
 
-def slots_setup(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workload, kv_budget, reserve,
+def slots_setup(module, mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload: Workload, kv_budget, reserve,
                 tp, pp, calibrations) -> Setup:
     """llama-server's cells and slots for the workload (llama.cpp): -np / -c as given, else as `fit` suggests
     them (the engine's slot_view)."""
-    from kvplan import engines, planner, slot_sim
+    from kvplan import planner, slot_sim
 
-    module = engines.choose(eo.engine).module
     opts = {k: v for k, v in eo.knobs.items() if v is not None}
     parallel = module.check_parallel(opts.pop("parallel", None))
     ctx_size = opts.pop("ctx_size", None)
@@ -152,4 +151,5 @@ def slots_setup(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, workload
     return Setup(fit, pool, partial(slot_sim.simulate, settings), v.parallel, assumptions, list(fit.warnings))
 
 
-SETUPS = {"blocks": scheduler_setup, "slots": slots_setup}  # Listing.replay_pool -> how its pool is replayed
+# Listing.replay_pool -> how its pool is replayed; each takes the engine's module (its view functions) first
+SETUPS = {"blocks": scheduler_setup, "slots": slots_setup}

@@ -290,8 +290,6 @@ def t5_caches(spec: ModelSpec) -> tuple[tuple[tuple[int, Any], ...], int]:
 
 # ---------------------------------------------------------------------------------------------- layout
 @dataclass(frozen=True)
-
-
 class Prepared(layout.StagedLayout):
     selected: Selected[Rules]
     spec: ModelSpec

@@ -66,8 +66,7 @@ def prepare(spec: ModelSpec, tp: int, pp: int, kvd: KVDtypes, selected: Selected
     if mode_note:
         said.append(mode_note)
     gdn_checkpoint = rules.gdn_flashinfer_checkpoint and policy.gdn_prefill_on_flashinfer(spec, arch)
-    plus_one = models.window_plus_one(spec, rules, spec.caches) != spec.caches
-    if plus_one:
+    if SlidingWindow in kinds and rules.cohere2_window_plus_one and spec.architecture in models.WINDOW_PLUS_ONE:
         said.append(Note("vllm.window_plus_one", models.WINDOW_PLUS_ONE[spec.architecture]))
     stages = tuple(build_stage(models.window_plus_one(spec, rules, cs), tp, kvd, rules, opts,
                                (states.conv, states.ssm), arch, mamba_mode, sched.max_num_batched_tokens,
