@@ -60,6 +60,11 @@ class Gpu:
     cuda_total_source: str = ""
     tflops: tuple[tuple[str, float], ...] = ()  # dense tensor TFLOPS by dtype (bf16 / fp16 / fp8), as the catalog cites
     tflops_source: str = ""
+    # datacenter | workstation | consumer | unknown: the evidence class of fit's likely range (evidence.py)
+    tier: str = "unknown"
+    # between the boards of one node: nvswitch | nvlink | pcie | xgmi | unknown (engines' all-reduce paths differ)
+    interconnect: str = "unknown"
+    nccl_nvls: bool = False  # NVLink SHARP (Hopper+ on NVSwitch): NCCL's multicast buffers, about 2 GiB per GPU
 
     def to_json(self) -> dict:
         """One catalog row, for `kvplan gpus --json`."""
@@ -77,6 +82,9 @@ class Gpu:
             "source": self.source,
             "tflops": dict(self.tflops),
             "tflops_source": self.tflops_source,
+            "tier": self.tier,
+            "interconnect": self.interconnect,
+            "nccl_nvls": self.nccl_nvls,
         }
 
 
@@ -136,6 +144,9 @@ def _gpu_from_entry(entry: dict) -> Gpu:
         tflops=tuple((k[len("tflops_"):], float(entry[k])) for k in ("tflops_bf16", "tflops_fp16", "tflops_fp8")
                      if entry.get(k) is not None),
         tflops_source=entry.get("tflops_source", ""),
+        tier=entry.get("tier", "unknown"),
+        interconnect=entry.get("interconnect", "unknown"),
+        nccl_nvls=bool(entry.get("nccl_nvls")),
     )
 
 

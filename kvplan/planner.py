@@ -17,6 +17,7 @@ from kvplan.gpus import GpuSelection
 from kvplan.sizing import EngineOptions, ModelOptions, Setup, setup as make_setup
 
 DEFAULT_CATALOG_CTX = 4096
+ESTIMATES = ("median", "low")  # which budget fit_model solves with: the point estimate or its likely low end
 UNBOUNDED_MAX_CTX = 1 << 20  # search limit for models without a position limit (state-space models)
 
 
@@ -71,6 +72,7 @@ class FitResult:
             "kv_budget_range_bytes": list(self.kv_budget_range) if self.kv_budget_range else None,
             "kv_capacity_tokens_range": list(self.kv_capacity_tokens_range) if self.kv_capacity_tokens_range else None,
             "kv_budget_range_basis": self.kv_budget_range_basis or None,
+            "model_kind": self.setup.spec.kind,
             "kv_capacity_tokens": c.kv_capacity_tokens,
             "max_batch": self.max_batch,
             "engine_batch_cap": c.engine_batch_cap,
@@ -97,7 +99,8 @@ class FitResult:
 
 def gpu_context(gpu: GpuSelection) -> GpuContext:
     g = gpu.gpu
-    return GpuContext(g.name if g.vendor != "generic" else None, g.cuda_total_bytes, g.nvml_bytes, gpu.count)
+    return GpuContext(g.name if g.vendor != "generic" else None, g.cuda_total_bytes, g.nvml_bytes, gpu.count,
+                      g.interconnect, g.nccl_nvls)
 
 
 def parallelism(gpu: GpuSelection, tp: int | None, pp: int | None) -> tuple[int, int, int]:
@@ -124,9 +127,13 @@ def _frontier_points(max_ctx: int | None) -> list[int]:
 def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int | None, batch: int = 1, *,
               kv_budget: int | tuple[int, ...] | None = None, reserve: int | None = None, frontier: bool = False,
               tp: int | None = None, pp: int | None = None, loaded=None, headroom: float = 0.0,
-              calibrations: tuple = ()) -> FitResult:
+              calibrations: tuple = (), estimate: str = "median") -> FitResult:
     """headroom: the share of every stage's KV budget held back before solving (`kvplan check` key headroom).
-    calibrations: saved measurements (calibration.py); one whose key matches replaces the non-KV estimate."""
+    calibrations: saved measurements (calibration.py); one whose key matches replaces the non-KV estimate.
+    estimate: 'median' solves with the point estimate of the budget, 'low' with the low end of its likely range
+    (`kvplan check`'s default: a gate should not pass a deployment a likely engine start would fail)."""
+    if estimate not in ESTIMATES:
+        raise InputError(f"{{estimate}} {estimate!r}: accepted: {', '.join(ESTIMATES)}", fields=("estimate",))
     tp, pp, replicas = parallelism(gpu, tp, pp)
     eo = replace(eo, tp=tp, pp=pp)
     dev = gpu_context(gpu)
@@ -163,14 +170,23 @@ def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int |
                                           dtype_bytes) for stage in range(pp))
         for b in budgets[:1]:
             assumptions.extend(b.notes)
+    shift, basis, est = _uncertainty(source, s, gpu, cal, reserve, tp, pp)
+    if est is not None and est.shift:
+        budgets = tuple(_shift(b, est) for b in budgets)
+        assumptions.append(f"estimate shifted by the public logs ({est.described}): {-est.shift:+,} B per GPU; "
+                           "--reserve or a calibration replaces it")
+    if estimate == "low" and shift is not None and shift[0]:
+        budgets = tuple(_moved(b, shift[0], "low end of the likely range") for b in budgets)
+        shift = (0, shift[1] - shift[0])
+        assumptions.append(f"solved at the low end of the likely range ({shift[1]:,} B per GPU below its high end); "
+                           "estimate: median solves at the point estimate")
     if headroom:
         budgets = tuple(_hold_back(b, headroom) for b in budgets)
         assumptions.append(f"headroom: {headroom:.4g} of the KV budget held back before solving")
     kv = [b.kv_bytes for b in budgets]
     cap = module.capacity(s.prepared, s.spec, ctx, kv, opts, dev, model_max)
-    shift, basis = _uncertainty(source, s, cal, reserve)
-    if source == "estimated" and reserve is None and gpu.gpu.vendor != "generic":
-        caution = _evidence_caution(s, gpu.gpu.name, tp)
+    if est is not None and gpu.gpu.vendor != "generic":
+        caution = _evidence_caution(s, gpu.gpu.name, tp, est)
         if caution:
             warnings.append(caution)
     budget_range = tokens_range = None
@@ -216,27 +232,51 @@ def _calibration(s: Setup, gpu: GpuSelection, calibrations: tuple, warnings: lis
     return cal
 
 
-def _uncertainty(source: str, s: Setup, cal, reserve: int | None) -> tuple[tuple[int, int] | None, str]:
-    """(low, high) shifts of the KV budget the evidence supports, and what it is."""
+def _uncertainty(source: str, s: Setup, gpu: GpuSelection, cal, reserve: int | None, tp: int,
+                 pp: int) -> tuple[tuple[int, int] | None, str, Any]:
+    """(low, high) shifts of the KV budget the evidence supports around the point estimate, what it is, and the
+    evidence class behind an estimated budget (evidence.Estimate; None otherwise)."""
     if source == "calibrated":
         hw = cal.half_width_bytes
-        return (-hw, hw), f"the calibration's printed precision (± {hw:,} B per GPU)"
+        return (-hw, hw), f"the calibration's printed precision (± {hw:,} B per GPU)", None
     if source == "estimated" and reserve is None:
         from kvplan import evidence
 
         ev = evidence.for_engine(s.engine.name)
-        if ev is not None:
-            lo, hi = ev.budget_range(0)
-            return (lo, hi), ev.basis()
-    return None, ""
+        g = gpu.gpu
+        named = g.vendor != "generic"
+        query = evidence.Query(s.engine.name, s.engine.selected.requested, g.name if named else None,
+                               g.tier if named else "unknown", g.interconnect if named else "unknown", tp, pp,
+                               s.spec.kind)
+        est = ev.estimate(query) if ev is not None else None
+        if est is not None:
+            return (est.shift - est.high, est.shift - est.low), est.basis(), est
+    return None, "", None
 
 
-def _evidence_caution(s: Setup, gpu_name: str, tp: int) -> str | None:
+def _shift(b: Budget, est) -> Budget:
+    """The budget moved by the shift of its evidence class (a budget already <= 0 stays as it is)."""
+    if b.kv_bytes <= 0:
+        return b
+    what = "median" if est.shift == est.median else "range edge"
+    part = BudgetPart("evidence", f"{what} of public logs ({est.logs} logs, {est.sources} sources)", -est.shift)
+    return Budget(b.kv_bytes - est.shift, (*b.parts, part), b.notes)
+
+
+def _moved(b: Budget, by: int, label: str) -> Budget:
+    """The budget moved by `by` bytes, never below 0 (a budget already <= 0 stays as it is)."""
+    if b.kv_bytes <= 0:
+        return b
+    kept = max(0, b.kv_bytes + by)
+    return Budget(kept, (*b.parts, BudgetPart("range_low", label, kept - b.kv_bytes)), b.notes)
+
+
+def _evidence_caution(s: Setup, gpu_name: str, tp: int, est) -> str | None:
     """What the public logs say about this GPU in particular (evidence.py): none there, or some far off."""
     from kvplan import evidence
 
     ev = evidence.for_engine(s.engine.name)
-    return ev.caution(gpu_name, tp) if ev is not None and ev.cases else None
+    return ev.caution(gpu_name, tp, est) if ev is not None and ev.cases else None
 
 
 def _hold_back(b: Budget, headroom: float) -> Budget:
@@ -272,7 +312,8 @@ class FitReport:
 
 def fit(models: list[str] | None, eo: EngineOptions, gpu: GpuSelection, ctx: int | None, batch: int = 1, *,
         mo_template: ModelOptions | None = None, kv_budget: int | None = None, reserve: int | None = None,
-        tp: int | None = None, pp: int | None = None, headroom: float = 0.0, calibrations: tuple = ()) -> FitReport:
+        tp: int | None = None, pp: int | None = None, headroom: float = 0.0, calibrations: tuple = (),
+        estimate: str = "median") -> FitReport:
     """One model (with its frontier) or, without models, the whole bundled catalog at ctx (default 4096)."""
     template = mo_template or ModelOptions("")
     results, errors = [], []
@@ -282,7 +323,7 @@ def fit(models: list[str] | None, eo: EngineOptions, gpu: GpuSelection, ctx: int
         try:
             results.append(fit_model(replace(template, model=ref), eo, gpu, ctx, batch, kv_budget=kv_budget,
                                      reserve=reserve, frontier=one, tp=tp, pp=pp, headroom=headroom,
-                                     calibrations=calibrations))
+                                     calibrations=calibrations, estimate=estimate))
         except KvplanError as e:
             if one:
                 raise

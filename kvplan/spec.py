@@ -192,6 +192,14 @@ class ModelSpec:
         return tuple((i, c) for i, c in self.caches if i in layers)
 
     @property
+    def kind(self) -> str:
+        """multimodal (a vision tower) | moe (routed experts) | dense: the class of public logs fit's estimate uses
+        (evidence.py), since the engines profile these differently (the largest images, the fused-MoE scratch)."""
+        if any(w.part == "vision" for w in self.weights):
+            return "multimodal"
+        return "moe" if self.widths.experts_per_token else "dense"
+
+    @property
     def params(self) -> int:
         return sum(w.params for w in self.weights if w.part != "mtp")
 

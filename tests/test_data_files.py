@@ -68,16 +68,25 @@ def test_every_gpu_field_is_documented_and_read():
     assert unread == set(), unread
 
 
-def test_budget_evidence_names_catalog_gpus_for_every_log():
+def test_budget_evidence_names_catalog_gpus_and_sources_for_every_log():
     engines = _load(evidence.EVIDENCE_PATH)["engines"]
-    names = {g.name for g in gpus.load_catalog()}
+    by_name = {g.name: g for g in gpus.load_catalog()}
     assert {"vllm", "sglang"} <= set(engines)
     for engine, row in engines.items():
-        assert set(row["errors_bytes"]) == set(row["setups"]), engine
-        assert all(isinstance(v, int) for v in row["errors_bytes"].values()), engine
-        for cid, setup in row["setups"].items():
-            assert setup["gpu"] in names and isinstance(setup["tp"], int) and setup["tp"] >= 1, (engine, cid)
-        assert evidence.for_engine(engine).logs == len(row["errors_bytes"])
+        for cid, case in row["cases"].items():
+            gpu = by_name[case["gpu"]]
+            assert isinstance(case["error_bytes"], int) and case["source"], (engine, cid)
+            assert isinstance(case["tp"], int) and case["tp"] >= 1 and case["pp"] >= 1, (engine, cid)
+            assert (case["tier"], case["interconnect"]) == (gpu.tier, gpu.interconnect), (engine, cid)
+        assert len(evidence.for_engine(engine).cases) == len(row["cases"])
+
+
+def test_every_catalog_gpu_has_a_tier_and_an_interconnect():
+    """fit's evidence class (evidence.py) and vLLM's NCCL charge (overhead.vllm_non_torch) read them."""
+    for gpu in gpus.load_catalog():
+        assert gpu.tier in ("datacenter", "workstation", "consumer"), gpu.name
+        assert gpu.interconnect in ("nvswitch", "nvlink", "pcie", "xgmi"), gpu.name
+        assert not gpu.nccl_nvls or gpu.interconnect == "nvswitch", gpu.name
 
 
 @pytest.mark.parametrize("args, shown", [

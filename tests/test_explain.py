@@ -63,7 +63,9 @@ MODEL_FOR = {
 TP_FOR = {"sglang-0.5.21-nemotron-3-nano-omni-30b-a3b-reasoning-nvfp4-4xgb10-tp4-fp8kv": 4,
           "sglang-v0.5.8.post1-rocm-glm-5-fp8-8xmi355x-tp8-fp8e4m3kv-page1-triton": 8}
 GPU_FOR = {"sglang-v0.5.8.post1-rocm-glm-5-fp8-8xmi355x-tp8-fp8e4m3kv-page1-triton": "8xMI355X"}
-ENGINE_FOR = {"sglang-v0.5.8.post1-rocm-glm-5-fp8-8xmi355x-tp8-fp8e4m3kv-page1-triton": "sglang@0.5.8"}
+ENGINE_FOR = {"sglang-v0.5.8.post1-rocm-glm-5-fp8-8xmi355x-tp8-fp8e4m3kv-page1-triton": "sglang@0.5.8",
+              # the tail of a leader node's log (docs/references/deploy_on_k8s.md): token lines only, no banner
+              "sglang-deepseek-r1-2x8xh20-tp16-2nodes-lws-msf0.93-mrr20": "sglang"}
 HYBRID_LOGS = [k for k, v in MODEL_FOR.items() if k.startswith("vllm-") and v in (
     "nemotron-3-nano", "nemotron-3-nano-nvfp4", "qwen3-next-80b-a3b", "qwen3.5-35b-a3b", "qwen3.5-27b", "lfm2-1.2b",
     "qwen3.6-27b-nvfp4")]
@@ -71,6 +73,10 @@ CTX_FOR = {"ollama-gemma3-4b-128k-swa-rtx5080": "131072"}  # the excerpt prints 
 
 # exact figures kvplan computes differently from the log, each with its cause (checked in the closing note)
 KNOWN_DIFFERS = {
+    ("vllm-qwen3.5-35b-a3b-4xa10-4nodes-ray-tp4-len160000", "kv_tokens"):
+        "the excerpt states no vLLM version (an issue of March 2026, so 0.17 or so; the newest rules are applied): its "
+        "Qwen3.5 hybrid pages hold half the tokens the newest layout gives (stop 45, scored blind)",
+    ("vllm-qwen3.5-35b-a3b-4xa10-4nodes-ray-tp4-len160000", "concurrency"): "as above",
     ("vllm-nemotron-cascade-2-30b-a3b-nvfp4-1xblackwell-wsl-len256000-fp8kv-gmu0.85", "checkpoint_size"):
         "a community NVFP4 quant (chankhavu/Nemotron-Cascade-2-30B-A3B-NVFP4) whose exclusions are not known: sized as "
         "NVIDIA's own Nemotron-3-Nano NVFP4 export (hf_quant_config.json), 18.00 GiB against the printed 18.01",
@@ -104,6 +110,11 @@ KNOWN_UNREAD = {
     r"Set NSA backends for \w+ KV Cache": "SGLang's choice of DSA kernels for the KV dtype (no size)",
     r"(is equivalent to|increase) --gpu-memory-utilization": "vLLM's advice on "
         "gpu_memory_utilization (fractions, read as the setting; no size)",
+    r"Using KV cache scaling factor": "vLLM's fp8 KV scales (no size)",
+    r"Memory usage when calculating max tokens in paged kv cache": "TensorRT-LLM 1.2's memory summary of a failed "
+        "start (total and available before the cache); not read yet",
+    r"Actual usage is [\d.]+ GiB for weight": "vLLM 0.10.2's one-line breakdown (weights, peak activation, non-torch, "
+        "CUDA graphs); not read yet: the next evidence term to read (issue 38)",
 }
 
 

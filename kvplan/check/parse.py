@@ -387,6 +387,7 @@ class _FileParser:
     def validate(self, dep: Deployment, node: MappingNode) -> None:
         """Checks of one merged deployment that need no model or GPU: required keys, engine, knobs, dtype names."""
         from kvplan import dtypes, engines, weights
+        from kvplan.planner import ESTIMATES
 
         label = f"deployment {dep.get('name')!r}" if dep.get("name") else f"deployment #{dep.index}"
         missing = [k for k in REQUIRED if k not in dep.present]
@@ -428,6 +429,10 @@ class _FileParser:
                     dtypes.kv_dtype(kf.value)
                 except InputError as e:
                     self.at(kf, f"{key}: {e}", dep)
+        ef = dep.fields.get("estimate")
+        if ef is not None and ef.value not in ESTIMATES:
+            self.at(ef, f"estimate: {ef.value!r} is not one of {', '.join(ESTIMATES)} (low: the low end of the likely "
+                    "range of an estimated budget, the default; median: the point estimate)", dep)
         wf = dep.fields.get("weight_dtype")
         if wf is not None:
             if weights.canonical_weight_dtype(wf.value) is None:

@@ -33,6 +33,7 @@ GENERAL_KEYS: dict[str, str] = {
     "reserve": "reserve",
     "headroom": "headroom",
     "require_start": "bool",
+    "estimate": "string",  # low (default) | median: which end of an estimated budget the gate solves with
     # traffic (kvplan plan)
     "prompt": "lengths",
     "output": "lengths",
@@ -74,4 +75,5 @@ STRING_WHAT = {
     "gpu": "a GPU (catalog name, a size such as 24GB, or NxGPU such as 2xA10G)",
     "engine": "an engine name[@version] such as vllm or vllm@0.10",
     "revision": "a revision (branch, tag or commit)",
+    "estimate": "low or median",
 }

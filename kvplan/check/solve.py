@@ -124,7 +124,7 @@ def _solve(dep: Deployment, res: _Resolver, report: FileReport) -> DeploymentRes
         r = planner.fit_model(res.model_options(dep.get("model"), dep.get("revision")), eo, sel, ctx, batch,
                               kv_budget=dep.get("kv_budget"), reserve=dep.get("reserve"), frontier=True,
                               tp=dep.get("tp"), pp=dep.get("pp"), loaded=loaded, headroom=dep.get("headroom") or 0.0,
-                              calibrations=res.calibrations)
+                              calibrations=res.calibrations, estimate=dep.get("estimate") or "low")
     except KvplanError as e:
         fail(None, f"deployment {dep.name!r}: {e}")
         return None
@@ -173,7 +173,11 @@ def _judge(dep: Deployment, r: Any, sel: Any, tp: int, pp: int, ctx: int, batch:
             reqs.append(Requirement("min_batch", 1, r.max_batch, "requests", at=r.ctx, implicit=True))
         binding = min(reqs, key=lambda q: q.relative)  # the smallest relative margin (first on ties)
         failing = [q for q in reqs if not q.passed]
-        if not r.weights_fit:
+        if not r.weights_fit and r.budgets[0].part("range_low") is not None:
+            reason = "no KV memory at the low end of the likely budget range"
+            detail.append(f"the estimated budget's likely range reaches 0 on {sel.gpu.name} (estimate: median gates "
+                          "on the point estimate)")
+        elif not r.weights_fit:
             reason = "weights do not fit"
             detail.append(f"weights {fmt_bytes(r.weight_bytes)} per GPU leave no KV budget "
                           f"({fmt_bytes(r.kv_budget_bytes)}) on {sel.gpu.name}")
@@ -182,6 +186,11 @@ def _judge(dep: Deployment, r: Any, sel: Any, tp: int, pp: int, ctx: int, batch:
         else:
             reason = "; ".join(q.sentence() for q in reqs)
         detail.extend(q.sentence() for q in reqs)
+    low = r.budgets[0].part("range_low")
+    if low is not None:
+        detail.append(f"gated on the low end of the estimated budget's likely range ({fmt_bytes(r.kv_budget_bytes)} "
+                      f"per GPU, {fmt_bytes(-low.bytes)} below the point estimate; estimate: median gates on the point "
+                      "estimate)")
     would_start = r.capacity.engine_would_start
     start_failed = False
     if not would_start and r.weights_fit:

@@ -32,6 +32,7 @@ def fit(
     mmproj: Mmproj = None, encoder_len: EncoderLen = None,
     kv_budget: KvBudget = None, reserve: Reserve = None,
     headroom: Annotated[Optional[str], typer.Option("--headroom", metavar="FRACTION", help="share of the KV budget held back before solving, e.g. 10%", rich_help_panel="Budget")] = None,
+    estimate: Annotated[str, typer.Option("--estimate", metavar="median|low", help="solve an estimated budget at its point estimate (median) or at the low end of its likely range (low: what `kvplan check` gates on)", rich_help_panel="Budget")] = "median",
     calibrations: Calibrations = None, no_calibration: NoCalibration = False,
     knobs: RawKnobs = None,
     json_out: Json = False, revision: Revision = None, offline: Offline = False, refresh: Refresh = False,
@@ -61,7 +62,7 @@ def fit(
         reserve=parse_reserve(reserve), tp=parse_count(tp, "--tp") if tp else None,
         pp=parse_count(pp, "--pp") if pp else None,
         headroom=parse_headroom(headroom, "--headroom") if headroom else 0.0,
-        calibrations=load_calibrations(calibrations, no_calibration),
+        calibrations=load_calibrations(calibrations, no_calibration), estimate=estimate,
     )
     if json_out:
         print_json(report.to_json())

@@ -231,6 +231,8 @@ class GpuContext:
     cuda_total: int
     nvml_total: int | None
     count: int = 1
+    interconnect: str = "unknown"  # gpus.json: nvswitch | nvlink | pcie | xgmi | unknown
+    nccl_nvls: bool = False  # gpus.json: NCCL's NVLink SHARP buffers exist on this board
 
     @property
     def gib(self) -> float:

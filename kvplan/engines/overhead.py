@@ -70,14 +70,18 @@ def vllm_moe_workspace(spec: ModelSpec, tokens: int, tp: int, dtype_bytes: int) 
 # vLLM >= 0.19 under tensor parallelism: its profiler's DEBUG line "non-torch forward increase memory" reads 2.06-2.17
 # GiB per GPU at tp 2 and 4 (0.24-0.27 GiB at tp 1; pipeline stages alone add next to nothing) in the llm-d
 # sweep of tests/data/wild-logs.yaml (vLLM 0.19.0, H100): all-reduce and NCCL buffers. Fixed on the calibration
-# part of tests/data/wild-split.yaml only, the mean of its three tp >= 2 cases (Llama-3.1-8B tp 2 2.07 and tp 4
+# part of the hash split used until stop 45 only, the mean of its three tp >= 2 cases (Llama-3.1-8B tp 2 2.07 and tp 4
 # 2.13, Mixtral-8x7B tp 2 2.07); scored on the held-out part (README, "Capacity from the GPU alone").
-# The 0.10 logs (tp 2 on A100) fit NCCL_BYTES instead, so the rule rows decide which applies.
+# vLLM's own all-reduce buffers are tens of MiB (custom_all_reduce.py: 8 MiB metadata + the largest of its
+# all-reduce / all-gather / reduce-scatter sizes, all_reduce_utils.py, 2-64 MiB), so the 2 GiB is NCCL's: its
+# NVLink SHARP (NVLS) multicast buffers, which exist only on Hopper / Blackwell boards on NVSwitch (gpus.json
+# `nccl_nvls`). Elsewhere (PCIe cards, A100, NVLink bridges) the older NCCL_BYTES applies.
+# The 0.10 logs (tp 2 on A100) fit NCCL_BYTES, so the rule rows decide from which version the 2 GiB applies.
 VLLM_TP_NON_TORCH_BYTES = int(2.09 * GiB)
 
 
-def vllm_non_torch(tp: int, pp: int, tp_buffers_measured: bool = False) -> int:
-    if tp > 1 and tp_buffers_measured:
+def vllm_non_torch(tp: int, pp: int, tp_buffers_measured: bool = False, nccl_nvls: bool = True) -> int:
+    if tp > 1 and tp_buffers_measured and nccl_nvls:
         return VLLM_TP_NON_TORCH_BYTES
     return VLLM_NON_TORCH_BYTES + (NCCL_BYTES if tp * pp > 1 else 0)
 

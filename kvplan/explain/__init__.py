@@ -8,6 +8,7 @@ shapes, reproduce.py the model / GPU / options a log implies.
 from __future__ import annotations
 
 import importlib
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,8 +70,14 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+# terminal colour codes: a log copied from a terminal or `docker logs` keeps them ("\x1b[0;36m(EngineCore pid=1)")
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def read(text: str, engine: str | None = None) -> LogFacts:
-    """The log's settings and printed numbers; `engine` (a name, e.g. from --engine) skips detection."""
+    """The log's settings and printed numbers; `engine` (a name, e.g. from --engine) skips detection. Terminal colour
+    codes are dropped first (line numbers stay those of the text)."""
+    text = ANSI_ESCAPE.sub("", text)
     if engine:
         name = engine.split("@")[0].lower().replace(".", "").replace("-", "").replace("_", "")
         name = {"llamacpp": "llamacpp", "tensorrtllm": "trtllm", "trtllm": "trtllm"}.get(name, name)

@@ -42,8 +42,9 @@ def budget(prepared: Prepared, spec: ModelSpec, gpu: base.GpuContext, stage: int
         batched, seqs = profile(prepared, gpu, opts)
         act = overhead.vllm_activation(spec, batched, seqs, prepared.tp, dtype_bytes, rules.moe_workspace_held)
         parts.append(Part("activation", "activation peak (estimate)", -act))
-        parts.append(Part("non_torch", "non-torch memory (estimate)",
-                          -overhead.vllm_non_torch(prepared.tp, prepared.pp, rules.tp_non_torch_measured)))
+        nvls = gpu.nccl_nvls or gpu.name is None  # a plain size: the larger charge
+        non_torch = overhead.vllm_non_torch(prepared.tp, prepared.pp, rules.tp_non_torch_measured, nvls)
+        parts.append(Part("non_torch", "non-torch memory (estimate)", -non_torch))
         if rules.cudagraph_charged and not (prepared.v2_runner and not rules.v2_profiles_cudagraphs):
             parts.append(Part("cuda_graphs", "CUDA graphs (estimate)", -overhead.VLLM_CUDAGRAPH_BYTES))
         elif rules.cudagraph_charged:
