@@ -498,3 +498,13 @@ def test_mamba_dt_rank_is_an_integer_or_auto(tmp_path):
     jamba = json.loads((CONFIGS / "ai21labs--Jamba-v0.1" / "config.json").read_text())
     one_line_error(run_cli("size", mutated(tmp_path, jamba, lambda c: c.update(mamba_dt_rank=[])), "--ctx", "4k"),
                    "mamba_dt_rank must be an integer in 1..16,777,216 or 'auto'")
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang", "trtllm", "llamacpp", "hf"])
+@pytest.mark.parametrize("gpu", ["1 k", "1MiB", "100MiB"])
+def test_a_device_smaller_than_any_reserve_is_an_answer_not_a_crash(engine, gpu):
+    """A size below what an engine reserves for itself (SGLang's mem_fraction_static reserve divided by zero on a
+    1 KiB device): the weights do not fit, said as such, exit 0."""
+    r = run_cli("fit", "llama-3.2-1b", "--gpu", gpu, "--engine", engine, "--json")
+    assert r.code == 0, r.err
+    assert r.json()["results"][0]["weights_fit"] is False

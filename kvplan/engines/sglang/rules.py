@@ -134,4 +134,6 @@ def default_mem_fraction(gpu_mib: int | None, tp: int, pp: int, rules: Rules, ml
     reserved += 58 * 8 + (1536 if mla else 0)  # piecewise CUDA graphs (on by default): 58 token sizes x 8 MiB
     if gib > 60:
         reserved = max(reserved, 10240)
+    if gpu_mib <= reserved:  # a device smaller than what SGLang reserves (a size such as 1k): nothing is static
+        return 0.0
     return round((gpu_mib - reserved) / gpu_mib, 3)
