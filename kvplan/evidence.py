@@ -85,8 +85,9 @@ def _classes(engine: str, version: str | None, tier: str, par: str, kind: str) -
     model kind (a multimodal profile or an MoE scratch misses by other amounts than a dense model's)."""
     e = era(engine, version)
     models = f"{kind} models"
-    return [(f"{e}, {tier} GPUs, {par}, {models}", (e, tier, par, kind)), (f"{e}, {tier} GPUs, {models}", (e, tier, None, kind)),
-            (f"{engine}, {tier} GPUs, {par}, {models}", (None, tier, par, kind)), (f"{e}, {models}", (e, None, None, kind)),
+    gpus = f"{tier} GPUs" if tier != "unknown" else "GPUs of no catalog tier (a plain size)"
+    return [(f"{e}, {gpus}, {par}, {models}", (e, tier, par, kind)), (f"{e}, {gpus}, {models}", (e, tier, None, kind)),
+            (f"{engine}, {gpus}, {par}, {models}", (None, tier, par, kind)), (f"{e}, {models}", (e, None, None, kind)),
             (f"{engine}, {models}", (None, None, None, kind)), (f"all {engine} logs", (None, None, None, None))]
 
 
