@@ -6,11 +6,11 @@ printed, for every public log kvplan can predict (tests/data/wild-logs.yaml), wi
 GPU and parallelism. `bench/budget_eval.py --evidence` writes it; tests/test_wild_budget.py holds it to the code.
 
 For a setup, the evidence of its class is used: the same model kind (dense, MoE, multimodal), engine era, GPU tier
-and parallelism (tp 1, tp over NVLink, tp over PCIe, pipeline only), backing off to coarser classes until at least MIN_SOURCES independent sources
-speak. Every source (a repository, an issue thread, a sweep) weighs the same however many logs it holds, so one
-benchmark sweep cannot outvote ten users. The point estimate is the raw estimate minus the class's weighted median
-error (Estimate.shift: not where only the engine as a whole speaks); the likely range is its 10th to 90th percentile (`bench/budget_eval.py` measures how often it holds, with
-each source left out in turn).
+and parallelism (tp 1, tp over NVLink, tp over PCIe, pipeline only), backing off to coarser classes until at least
+MIN_SOURCES independent sources speak. Every source (a repository, an issue thread, a sweep) weighs the same however
+many logs it holds, so one benchmark sweep cannot outvote ten users. The likely range is the class's 10th to 90th
+percentile error; the point estimate moves by its median where AGREEMENT of its sources erred the same way
+(Estimate.shift). `bench/budget_loso.py` measures both with each source left out in turn.
 """
 
 from __future__ import annotations
