@@ -141,8 +141,8 @@ def test_metrics_never_show_more_than_the_replay(served, mix_id):
     obs, trace, _ = served(mix_id)
     assert obs.metrics_peak["requests_processing"] <= trace.peak_running
     assert obs.metrics_peak.get("requests_deferred", 0) <= trace.peak_deferred
-    if mix_id in BURSTS and mix_id != "unified-pairs":  # every slot busy for many polls
-        assert obs.metrics_peak["requests_processing"] == trace.peak_running
+    # that a poll of /metrics lands on the peak is timing, not behaviour (a CI run under load saw 3 of 4 slots busy):
+    # the running count of every iteration is held to the server's own log in test_every_iteration_as_the_server_ran_it
 
 
 @pytest.mark.parametrize("mix_id", BURSTS)
