@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -32,13 +31,14 @@ def engine_log_rows(python: str) -> list[dict]:
     from test_budget_predictions import CASES  # noqa: E402  (the cases and flags the test holds to their bound)
 
     logs = {c["id"]: c["log"] for c in yaml.safe_load(ENGINE_LOGS.read_text())}
+    call = budget_eval.kvplan_process(python)
     out = []
     for cid, args, _bound in CASES:
         m = re.search(r"GPU KV cache size: ([\d,]+) tokens|#tokens: (\d+)", logs[cid])
         logged_tokens = int((m.group(1) or m.group(2)).replace(",", ""))
-        proc = subprocess.run([python, "-m", "kvplan", "fit", *args, "--json", "--no-calibration"], capture_output=True,
-                              text=True, cwd=ROOT, timeout=300, check=True)
-        predicted = json.loads(proc.stdout)["results"][0]["kv_capacity_tokens"]
+        code, stdout, stderr = call(["fit", *args, "--json", "--no-calibration"])
+        assert code == 0, (cid, stderr)
+        predicted = json.loads(stdout)["results"][0]["kv_capacity_tokens"]
         out.append({"id": cid, "args": args, "logged": logged_tokens, "predicted": predicted})
     return out
 

@@ -367,7 +367,6 @@ def run(entry: dict, python: str, evidence_path: str | None = None, call=None) -
     info["pred_kv_bytes"] = r.get("kv_budget_bytes")
     info["pred_tokens_range"] = r.get("kv_capacity_tokens_range")
     info["model_kind"] = r.get("model_kind")
-    info["pred_kv_range"] = r.get("kv_budget_range_bytes")
     # the budget model's own figure: the printed budget less the shift the evidence applied
     info["raw_kv_bytes"] = min(b["kv_bytes"] - sum(p["bytes"] for p in b["parts"] if p.get("key") == "evidence")
                                for b in r["budget"]) if r.get("budget") else None

@@ -55,7 +55,6 @@ class Query:
     """The setup an estimate is for, described as the evidence is."""
     engine: str
     version: str | None  # the version asked for (None: the newest rules)
-    gpu: str | None
     tier: str
     interconnect: str
     tp: int
@@ -98,29 +97,39 @@ def _in_class(engine: str, case: Case, key: tuple) -> bool:
             and (kind is None or case.kind == kind))
 
 
-def weighted_quantile(cases: list[Case], q: float) -> int:
-    """The error (bytes) at quantile q, every source weighing 1 in all (its logs share it): nearest rank. Bytes, not
-    shares of the GPU's memory nor multiples of kvplan's own non-KV estimate: scored all three ways with each source
-    left out (stop 45 note), bytes placed the most logs within 3%."""
+def _weights(cases: list[Case]) -> dict[str, float]:
+    """Each log's weight: every source weighs 1 in all, shared by its logs."""
     per_source: dict[str, int] = {}
     for c in cases:
         per_source[c.source] = per_source.get(c.source, 0) + 1
+    return {c.id: 1.0 / per_source[c.source] for c in cases}
+
+
+def weighted_quantile(cases: list[Case], q: float) -> int:
+    """The error (bytes) at quantile q, every source weighing the same (_weights): nearest rank. Bytes, not
+    shares of the GPU's memory nor multiples of kvplan's own non-KV estimate: scored all three ways with each source
+    left out (stop 45 note), bytes placed the most logs within 3%."""
+    weight = _weights(cases)
     ordered = sorted(cases, key=lambda c: c.error)
-    total, seen = float(len(per_source)), 0.0
+    total, seen = sum(weight.values()), 0.0
     for c in ordered:
-        seen += 1.0 / per_source[c.source]
+        seen += weight[c.id]
         if seen >= q * total - 1e-9:
             return c.error
     return ordered[-1].error
 
 
 def _agreement(cases: list[Case], median: int) -> float:
-    """The weighted share of sources (each weighing 1) whose errors lie on the median's side of zero."""
-    per_source: dict[str, int] = {}
-    for c in cases:
-        per_source[c.source] = per_source.get(c.source, 0) + 1
-    same = sum(1.0 / per_source[c.source] for c in cases if (c.error > 0) == (median > 0) and c.error != 0)
-    return same / len(per_source)
+    """The weighted share of sources whose errors lie on the median's side of zero."""
+    weight = _weights(cases)
+    same = sum(weight[c.id] for c in cases if (c.error > 0) == (median > 0) and c.error != 0)
+    return same / sum(weight.values())
+
+
+def _estimate(engine: str, members: list[Case], described: str, asked: str, engine_wide: bool) -> Estimate:
+    med, low, high = (weighted_quantile(members, q) for q in (MEDIAN, LOW_QUANTILE, HIGH_QUANTILE))
+    return Estimate(engine, described, asked, med, low, high, len(members), len({c.source for c in members}),
+                    engine_wide, _agreement(members, med))
 
 
 @dataclass(frozen=True)
@@ -177,19 +186,15 @@ class BudgetEvidence:
         classes = _classes(self.engine, query.version, query.tier, par, query.kind)
         for described, key in classes:
             members = [c for c in self.cases if _in_class(self.engine, c, key)]
-            sources = len({c.source for c in members})
-            if sources >= MIN_SOURCES or (key == (None, None, None, None) and members):
-                med, low, high = (weighted_quantile(members, q) for q in (MEDIAN, LOW_QUANTILE, HIGH_QUANTILE))
-                return Estimate(self.engine, described, classes[0][0], med, low, high, len(members), sources,
-                                key == (None, None, None, None), _agreement(members, med))
+            whole = key == (None, None, None, None)
+            if len({c.source for c in members}) >= MIN_SOURCES or (whole and members):
+                return _estimate(self.engine, members, described, classes[0][0], whole)
         return None
 
     def overall(self) -> Estimate:
         """The engine's evidence as a whole (docs/accuracy.md)."""
-        med, low, high = (weighted_quantile(list(self.cases), q) for q in (MEDIAN, LOW_QUANTILE, HIGH_QUANTILE))
         whole = f"all {self.engine} logs"
-        return Estimate(self.engine, whole, whole, med, low, high, len(self.cases), len({c.source for c in self.cases}),
-                        True)
+        return _estimate(self.engine, list(self.cases), whole, whole, True)
 
     def caution(self, gpu: str, tp: int, estimate: Estimate) -> str | None:
         """A warning where the evidence says little or worse about this GPU: no public log on it (the non-KV terms

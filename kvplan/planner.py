@@ -172,11 +172,13 @@ def fit_model(mo: ModelOptions, eo: EngineOptions, gpu: GpuSelection, ctx: int |
             assumptions.extend(b.notes)
     shift, basis, est = _uncertainty(source, s, gpu, cal, reserve, tp, pp)
     if est is not None and est.shift:
-        budgets = tuple(_shift(b, est) for b in budgets)
+        what = "median" if est.shift == est.median else "range edge"
+        label = f"{what} of public logs ({est.logs} logs, {est.sources} sources)"
+        budgets = tuple(_moved(b, -est.shift, "evidence", label) for b in budgets)
         assumptions.append(f"estimate shifted by the public logs ({est.described}): {-est.shift:+,} B per GPU; "
                            "--reserve or a calibration replaces it")
     if estimate == "low" and shift is not None and shift[0]:
-        budgets = tuple(_moved(b, shift[0], "low end of the likely range") for b in budgets)
+        budgets = tuple(_moved(b, shift[0], "range_low", "low end of the likely range") for b in budgets)
         shift = (0, shift[1] - shift[0])
         assumptions.append(f"solved at the low end of the likely range ({shift[1]:,} B per GPU below its high end); "
                            "estimate: median solves at the point estimate")
@@ -245,8 +247,7 @@ def _uncertainty(source: str, s: Setup, gpu: GpuSelection, cal, reserve: int | N
         ev = evidence.for_engine(s.engine.name)
         g = gpu.gpu
         named = g.vendor != "generic"
-        query = evidence.Query(s.engine.name, s.engine.selected.requested, g.name if named else None,
-                               g.tier if named else "unknown", g.interconnect if named else "unknown", tp, pp,
+        query = evidence.Query(s.engine.name, s.engine.selected.requested, g.tier if named else "unknown", g.interconnect if named else "unknown", tp, pp,
                                s.spec.kind)
         est = ev.estimate(query) if ev is not None else None
         if est is not None:
@@ -254,21 +255,12 @@ def _uncertainty(source: str, s: Setup, gpu: GpuSelection, cal, reserve: int | N
     return None, "", None
 
 
-def _shift(b: Budget, est) -> Budget:
-    """The budget moved by the shift of its evidence class (a budget already <= 0 stays as it is)."""
-    if b.kv_bytes <= 0:
-        return b
-    what = "median" if est.shift == est.median else "range edge"
-    part = BudgetPart("evidence", f"{what} of public logs ({est.logs} logs, {est.sources} sources)", -est.shift)
-    return Budget(b.kv_bytes - est.shift, (*b.parts, part), b.notes)
-
-
-def _moved(b: Budget, by: int, label: str) -> Budget:
-    """The budget moved by `by` bytes, never below 0 (a budget already <= 0 stays as it is)."""
+def _moved(b: Budget, by: int, key: str, label: str) -> Budget:
+    """The budget moved by `by` bytes as one more part, never below 0 (a budget already <= 0 stays as it is)."""
     if b.kv_bytes <= 0:
         return b
     kept = max(0, b.kv_bytes + by)
-    return Budget(kept, (*b.parts, BudgetPart("range_low", label, kept - b.kv_bytes)), b.notes)
+    return Budget(kept, (*b.parts, BudgetPart(key, label, kept - b.kv_bytes)), b.notes)
 
 
 def _evidence_caution(s: Setup, gpu_name: str, tp: int, est) -> str | None:

@@ -19,7 +19,7 @@ def case(source: str, error_gib: float, *, version="0.19.0", gpu="H100-SXM-80GB"
 
 
 def query(version="0.19.0", tier="datacenter", interconnect="nvswitch", tp=1, pp=1) -> ev.Query:
-    return ev.Query("vllm", version, None, tier, interconnect, tp, pp)
+    return ev.Query("vllm", version, tier, interconnect, tp, pp)
 
 
 def test_every_source_weighs_the_same_however_many_logs_it_holds():
@@ -88,7 +88,7 @@ def test_each_model_kind_is_its_own_class():
     dense = [case(f"d{i}", 0.0) for i in range(ev.MIN_SOURCES)]
     book = ev.BudgetEvidence("vllm", tuple(moe + dense))
     assert book.estimate(query()).shift == 0
-    moe_query = ev.Query("vllm", "0.19.0", None, "datacenter", "nvswitch", 1, 1, "moe")
+    moe_query = ev.Query("vllm", "0.19.0", "datacenter", "nvswitch", 1, 1, "moe")
     assert book.estimate(moe_query).shift == 3 * GiB
 
 
